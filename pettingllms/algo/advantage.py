@@ -1,0 +1,63 @@
+"""GRPO advantages over explicit groups. Tensors in, tensors out.
+
+Invalid rows (padding, failed generations, filtered groups) neither receive an advantage nor enter any group's
+statistics. A group with fewer than two valid rows has no baseline, so its advantage is 0; this differs from
+verl only when *every* group is a singleton, where verl uses A = r. Zero-variance groups get 0 as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """Per-group statistics over valid rows. All tensors have shape (G,)."""
+
+    count: torch.Tensor  # valid rows in the group
+    mean: torch.Tensor
+    std: torch.Tensor  # unbiased (N-1), as verl; 0 for groups of size < 2
+
+
+def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor) -> GroupStats:
+    """Shapes: rewards (N,) float, group_ids (N,) long in [0, G), valid (N,) bool -> GroupStats over G groups."""
+    num_groups = int(group_ids.max()) + 1 if group_ids.numel() else 0
+    weights = valid.to(rewards.dtype)
+    values = torch.where(valid, rewards, torch.zeros_like(rewards))
+    count = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, group_ids, weights)
+    total = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, group_ids, values)
+    mean = total / count.clamp(min=1)
+    deviation = torch.where(valid, rewards - mean[group_ids], torch.zeros_like(rewards))
+    sq_sum = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, group_ids, deviation**2)
+    std = torch.where(count > 1, (sq_sum / (count - 1).clamp(min=1)).sqrt(), torch.zeros_like(count))
+    return GroupStats(count=count, mean=mean, std=std)
+
+
+def grpo_advantages(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    valid: torch.Tensor,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Per-sample GRPO advantage.
+
+    A_i = (r_i - mean_g) / (std_g + eps) when ``norm_by_std`` else r_i - mean_g, with g the group of row i and
+    the statistics taken over the valid rows of g only.
+
+    Shapes: rewards (N,), group_ids (N,) long, valid (N,) bool -> advantages (N,); 0 where invalid or where the
+    group has fewer than two valid rows.
+    """
+    if not (rewards.shape == group_ids.shape == valid.shape) or rewards.dim() != 1:
+        raise ValueError(f"expected three (N,) tensors, got {rewards.shape}, {group_ids.shape}, {valid.shape}")
+    if rewards.numel() == 0:
+        return rewards.clone()
+    stats = group_stats(rewards, group_ids, valid)
+    centred = rewards - stats.mean[group_ids]
+    std = stats.std[group_ids]
+    # A zero-variance group is set to 0 explicitly rather than relying on eps (eps=0 would give 0/0).
+    advantages = centred / (std + eps).clamp(min=torch.finfo(rewards.dtype).tiny) if norm_by_std else centred
+    has_signal = (stats.count[group_ids] > 1) & (std > 0)
+    return torch.where(valid & has_signal, advantages, torch.zeros_like(advantages))

@@ -1,0 +1,42 @@
+"""Group filters, off by default. Each returns which groups to keep; dropped groups leave the loss entirely.
+
+- ``dapo``: drop groups whose rewards are all equal (zero variance: no learning signal).
+- ``std``: drop the ``ratio`` fraction of groups with the lowest reward std.
+- ``mean``: drop the ``ratio`` fraction of groups with the lowest mean reward (a hard-problem curriculum).
+Ties are broken by group id, so the result is deterministic.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pettingllms.algo.advantage import GroupStats
+
+FILTERS = ("none", "dapo", "std", "mean")
+
+
+def keep_groups(stats: GroupStats, method: str = "none", ratio: float = 0.0, tol: float = 1e-8) -> torch.Tensor:
+    """Shapes: stats over G groups -> keep (G,) bool. Groups with no valid rows are never kept."""
+    if method not in FILTERS:
+        raise ValueError(f"unknown group filter {method!r}; choose one of {FILTERS}")
+    if not 0.0 <= ratio < 1.0:
+        raise ValueError(f"filter ratio must be in [0, 1), got {ratio}")
+    present = stats.count > 0
+    if method == "none":
+        return present
+    if method == "dapo":
+        return present & (stats.std > tol)
+    score = stats.std if method == "std" else stats.mean
+    return present & ~_lowest_fraction(score, present, ratio)
+
+
+def _lowest_fraction(score: torch.Tensor, present: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Mark the ``floor(ratio * #present)`` present groups with the lowest score (ties: lower id first)."""
+    ids = torch.nonzero(present).flatten()
+    n_drop = int(ratio * ids.numel())
+    drop = torch.zeros_like(present)
+    if n_drop == 0:
+        return drop
+    order = sorted(ids.tolist(), key=lambda g: (float(score[g]), g))
+    drop[order[:n_drop]] = True
+    return drop

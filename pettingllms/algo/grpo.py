@@ -1,0 +1,52 @@
+"""From a policy's samples to per-sample advantages: group, filter, normalise. Pure, no systems code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from pettingllms.algo.advantage import group_stats, grpo_advantages
+from pettingllms.algo.filters import keep_groups
+from pettingllms.algo.grouping import group_index
+from pettingllms.core.types import Sample
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    norm_by_std: bool = True
+    eps: float = 1e-6
+    filter: str = "none"  # none | dapo | std | mean
+    filter_ratio: float = 0.0
+
+
+@dataclass
+class ScoredSamples:
+    advantages: list[float]  # one per sample; 0 for rows outside the loss
+    in_loss: list[bool]  # False: failed generation, padding, singleton or filtered group
+    metrics: dict[str, float]
+
+
+def score_samples(samples: Sequence[Sample], config: AdvantageConfig) -> ScoredSamples:
+    """Group by ``sample.group`` (problem slot, turn, agent), filter groups, and compute GRPO advantages."""
+    if not samples:
+        return ScoredSamples([], [], {})
+    group_ids = torch.from_numpy(group_index([s.group for s in samples]))
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+    valid = torch.tensor([not s.failed for s in samples])
+    stats = group_stats(rewards, group_ids, valid)
+    kept_groups = keep_groups(stats, config.filter, config.filter_ratio)
+    in_loss = valid & kept_groups[group_ids] & (stats.count[group_ids] > 1)
+    advantages = grpo_advantages(rewards, group_ids, in_loss, config.norm_by_std, config.eps)
+    present = stats.count > 0
+    metrics = {
+        "groups": float(present.sum()),
+        "groups_kept": float(kept_groups.sum()),
+        "groups_zero_std": float((present & (stats.std == 0)).sum()),
+        "samples_in_loss": float(in_loss.sum()),
+        "samples_failed": float((~valid).sum()),
+        "advantage_mean": float(advantages[in_loss].mean()) if in_loss.any() else 0.0,
+        "advantage_abs_mean": float(advantages[in_loss].abs().mean()) if in_loss.any() else 0.0,
+    }
+    return ScoredSamples(advantages.tolist(), in_loss.tolist(), metrics)

@@ -1,0 +1,70 @@
+"""The ``pettingllms`` command: train, eval, check-env, plot, data.
+
+``train`` and ``eval`` take Hydra overrides (``key=value``), exactly like the scripts under scripts/train.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+USAGE = """pettingllms <command> [args]
+
+commands:
+  train [--config-name NAME] [key=value ...]   train with AT-GRPO (Hydra overrides)
+  check-env NAME [NAME ...] | --all           run the environment conformance checker
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "check-env":
+        return check_env_command(rest)
+    if command == "train":
+        from pettingllms.entry.train import train_command
+
+        return train_command(rest)
+    print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+def check_env_command(argv: Sequence[str]) -> int:
+    from pettingllms.core.checker import check_env
+    from pettingllms.core.errors import PettingLLMsError
+    from pettingllms.core.registry import ENVS, get_env_class
+
+    parser = argparse.ArgumentParser(prog="pettingllms check-env", description="Environment conformance checks")
+    parser.add_argument("names", nargs="*", help="registry names or module:Class paths")
+    parser.add_argument("--all", action="store_true", help="check every registered environment")
+    parser.add_argument("--max-turns", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    names = ENVS.names() if args.all else args.names
+    if not names:
+        parser.error("name at least one env, or pass --all")
+    failed = []
+    for name in names:
+        try:
+            env_cls = get_env_class(name)
+            env = env_cls(max_turns=args.max_turns) if args.max_turns else env_cls()
+            report = check_env(env, seed=args.seed, name=name)
+            print(report.format())
+            ok = report.ok
+        except (PettingLLMsError, ImportError, TypeError, ValueError) as exc:
+            print(f"check-env {name}: FAIL\n  cannot build the env: {exc}")
+            ok = False
+        if not ok:
+            failed.append(name)
+    if failed:
+        print(f"\n{len(failed)} of {len(names)} env(s) failed: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Configuration: the typed schema, loading through Hydra, and resolution of specialization levels."""

@@ -1,0 +1,137 @@
+"""Resolve a config into who-uses-which-policy: the specialization levels L0-L3, made explicit.
+
+- L0: one agent (``env.agents=[role]``) on one policy.
+- L1: every agent on one shared policy; roles differ by prompt.
+- L2: one shared base model with one LoRA adapter per agent, named after the agent.
+- L3: one model per agent. Agents that would share a policy get their own copy of its config, named
+  ``policy_<agent>``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from pettingllms.config.schema import AgentConfig, Config, ModelConfig, SamplingConfig
+from pettingllms.core.errors import ConfigError
+from pettingllms.core.types import SamplingParams
+
+LEVELS = ("L0", "L1", "L2", "L3")
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    role: str
+    policy: str
+    adapter: str | None
+    trainable: bool
+    train_sampling: SamplingParams
+    val_sampling: SamplingParams
+    cls: str | None
+    options: Mapping
+
+
+@dataclass(frozen=True)
+class PolicyPlan:
+    name: str
+    model: ModelConfig
+    agents: tuple[str, ...]  # agents this policy serves
+    adapters: tuple[str, ...]  # L2: one adapter per agent; empty otherwise
+    frozen_adapters: tuple[str, ...]  # adapters of agents with trainable=false
+
+    @property
+    def trainable(self) -> bool:
+        return bool(self.model_trainable_agents)
+
+    @property
+    def model_trainable_agents(self) -> tuple[str, ...]:
+        return tuple(a for a in self.agents if a not in self.frozen_adapters)
+
+
+def plan_run(cfg: Config, env_roles: Sequence[str]) -> tuple[dict[str, PolicyPlan], dict[str, AgentPlan]]:
+    """Map every acting agent to a policy (and adapter). Raises ConfigError naming what is wrong."""
+    roles = _acting_roles(cfg, env_roles)
+    level = cfg.specialization
+    if level not in LEVELS:
+        raise ConfigError(f"specialization must be one of {LEVELS}, got {level!r}")
+    agent_cfgs = {role: cfg.agents.get(role, AgentConfig()) for role in roles}
+    models = dict(cfg.base_models)
+    if level == "L0" and len(roles) != 1:
+        raise ConfigError(f"L0 is a single agent: set env.agents=[<one of {list(env_roles)}>], got {roles}")
+    if level == "L3":
+        agent_cfgs, models = _split_shared_policies(agent_cfgs, models)
+    used = {a.policy for a in agent_cfgs.values()}
+    missing = sorted(used - set(models))
+    if missing:
+        raise ConfigError(f"agents use policies {missing} with no base_models entry; defined: {sorted(models)}")
+    if level in ("L0", "L1", "L2") and len(used) != 1:
+        raise ConfigError(f"{level} uses one shared policy, but agents map to {sorted(used)}; use L3 for several")
+    if level == "L2" and models[next(iter(used))].lora.rank <= 0:
+        raise ConfigError("L2 needs base_models.<policy>.lora.rank > 0 (one LoRA adapter per agent)")
+    agents = {role: _agent_plan(role, a, level) for role, a in agent_cfgs.items()}
+    policies = {name: _policy_plan(name, models[name], agents, level) for name in sorted(used)}
+    return policies, agents
+
+
+def _acting_roles(cfg: Config, env_roles: Sequence[str]) -> list[str]:
+    unknown = sorted(set(cfg.agents) - set(env_roles))
+    if unknown:
+        raise ConfigError(f"config has agents {unknown} that env {cfg.env.name!r} does not have: {list(env_roles)}")
+    if cfg.env.agents is None:
+        return list(env_roles)
+    bad = [r for r in cfg.env.agents if r not in env_roles]
+    if bad or not cfg.env.agents:
+        raise ConfigError(f"env.agents={list(cfg.env.agents)} must be a non-empty subset of {list(env_roles)}")
+    return [r for r in env_roles if r in cfg.env.agents]
+
+
+def _split_shared_policies(
+    agent_cfgs: dict[str, AgentConfig], models: dict[str, ModelConfig]
+) -> tuple[dict[str, AgentConfig], dict[str, ModelConfig]]:
+    users: dict[str, list[str]] = {}
+    for role, a in agent_cfgs.items():
+        users.setdefault(a.policy, []).append(role)
+    agent_cfgs, models = dict(agent_cfgs), dict(models)
+    for policy, roles in users.items():
+        if len(roles) < 2:
+            continue
+        if policy not in models:
+            raise ConfigError(f"agents {roles} use policy {policy!r}, which has no base_models entry")
+        for role in roles:
+            name = f"policy_{role}"
+            models[name] = copy.deepcopy(models[policy])
+            agent_cfgs[role] = _with_policy(agent_cfgs[role], name)
+    return agent_cfgs, models
+
+
+def _with_policy(agent: AgentConfig, policy: str) -> AgentConfig:
+    clone = copy.deepcopy(agent)
+    clone.policy = policy
+    return clone
+
+
+def _agent_plan(role: str, a: AgentConfig, level: str) -> AgentPlan:
+    return AgentPlan(
+        role=role,
+        policy=a.policy,
+        adapter=role if level == "L2" else None,
+        trainable=a.trainable,
+        train_sampling=_sampling(a.train_sampling, f"agents.{role}.train_sampling"),
+        val_sampling=_sampling(a.val_sampling, f"agents.{role}.val_sampling"),
+        cls=a.cls,
+        options=dict(a.options),
+    )
+
+
+def _policy_plan(name: str, model: ModelConfig, agents: Mapping[str, AgentPlan], level: str) -> PolicyPlan:
+    mine = tuple(role for role, a in agents.items() if a.policy == name)
+    frozen = tuple(role for role in mine if not agents[role].trainable)
+    return PolicyPlan(name, model, mine, mine if level == "L2" else (), frozen)
+
+
+def _sampling(s: SamplingConfig, where: str) -> SamplingParams:
+    try:
+        return SamplingParams(s.temperature, s.top_p, s.top_k, s.max_tokens)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc

@@ -1,0 +1,160 @@
+"""The typed config schema. Hydra validates every key and type against it, so a typo fails at start-up.
+
+Every key is documented in docs/training.md. Keys users know from the reference keep their names:
+``base_models.policy_0.path``, ``training.{experiment_name,total_training_steps,epoch_size,train_batch_size,
+max_prompt_length,max_response_length,val_freq}``, ``env.{name,dataset,benchmark,max_turns}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 0  # 0: no LoRA (full fine-tuning)
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class ModelConfig:
+    path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
+    dtype: str = "float32"  # float32 | bfloat16 (training autocast and generation)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    engine: str = "hf"  # hf (transformers, CPU default) | vllm (GPU)
+    num_gpus: int = 0  # GPUs for this policy's worker group (0: CPU)
+    tensor_parallel: int = 1  # vLLM tensor parallelism (GPU_num in the scripts)
+    num_threads: int = 0  # torch threads in this policy's worker; 0 = share the CPU budget evenly
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    max_tokens: int = 256  # capped by training.max_response_length
+
+
+@dataclass
+class AgentConfig:
+    policy: str = "policy_0"  # which base_models entry generates for and learns from this agent
+    cls: Optional[str] = None  # override the agent class: registry name or "module:Class"
+    trainable: bool = True  # false: the agent acts but its samples are never trained on
+    train_sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    val_sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
+    options: Dict[str, Any] = field(default_factory=dict)  # keyword options for the agent class
+
+
+@dataclass
+class EnvConfig:
+    name: str = MISSING  # registry name or "module:Class"
+    dataset: Optional[str] = None  # training set: data/<domain>/train/<dataset>.parquet
+    benchmark: List[str] = field(default_factory=list)  # validation sets: data/<domain>/test/<name>.parquet
+    max_turns: int = 2
+    agents: Optional[List[str]] = None  # a subset of the env's roles (L0: one agent); None = all
+    data_root: str = "data"
+    options: Dict[str, Any] = field(default_factory=dict)  # keyword options for the env class
+    imports: List[str] = field(default_factory=list)  # modules to import first (they may register envs)
+
+
+@dataclass
+class RolloutConfig:
+    mode: str = "tree"  # tree | independent
+    branching: int = 4  # K: candidates per (turn, agent) node, or episodes per problem when independent
+    select: str = "greedy"  # greedy | sample | first
+    val_samples: int = 1  # independent episodes per validation problem
+
+
+@dataclass
+class RewardConfig:
+    alpha: float = 1.0  # r = alpha * team + local
+
+
+@dataclass
+class KLConfig:
+    init_kl_coeff: float = 0.0  # 0: no reference model and no KL term
+    kl_type: str = "low_var_kl"  # k1 | k2 | k3 | low_var_kl | abs | mse
+    adaptive: bool = False
+    kl_target: float = 0.01
+    kl_horizon: int = 1000
+
+
+@dataclass
+class AlgorithmConfig:
+    norm_adv_by_std: bool = True
+    filter: str = "none"  # none | dapo | std | mean
+    filter_ratio: float = 0.0
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0  # dual clip
+    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | ...
+    entropy_coeff: float = 0.0
+    kl: KLConfig = field(default_factory=KLConfig)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-6
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.3
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = 0  # sequences per optimizer step; 0 = the whole step's batch
+    micro_batch_max_tokens: int = 8192  # token budget per forward pass (gradient accumulation beyond)
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class TrainingConfig:
+    experiment_name: str = "default"
+    project_name: str = "pettingllms"
+    total_training_steps: int = 10
+    epoch_size: Optional[int] = None  # problems per epoch; None = the whole dataset. Reshuffled every epoch
+    train_batch_size: int = 4  # problems per step
+    max_prompt_length: int = 1024
+    max_response_length: int = 256
+    val_freq: int = 5  # validate every N steps (0: never)
+    val_before_train: bool = True
+    save_freq: int = 0  # checkpoint every N steps (0: only at the end)
+    resume: str = "auto"  # auto | none | <path to a checkpoint dir>
+    seed: int = 0
+    logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
+    log_dir: str = "logs"
+    export_hf: bool = True  # write a Hugging Face directory per policy at the end
+    plot: bool = True  # write PNG curves into the run directory at the end
+
+
+@dataclass
+class ResourcesConfig:
+    num_cpus: int = 0  # CPUs Ray may use; 0 = all of this machine
+    use_ray: bool = True  # false: run the policy workers in the driver process (debugging)
+    ray_namespace: str = "pettingllms"
+
+
+@dataclass
+class Config:
+    specialization: str = "L1"  # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
+    # Typed as Any so users can add entries with `+base_models.policy_1.path=...` (OmegaConf 2.3 cannot merge new
+    # keys into a dict of dataclasses); ``load.to_schema`` validates each entry against ModelConfig/AgentConfig.
+    base_models: Dict[str, Any] = field(default_factory=dict)
+    agents: Dict[str, Any] = field(default_factory=dict)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+
+
+def register_schema() -> None:
+    """Register the schema with Hydra's ConfigStore as ``pettingllms_schema`` (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="pettingllms_schema", node=Config)

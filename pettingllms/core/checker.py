@@ -1,0 +1,285 @@
+"""Conformance checker for environments (``pettingllms check-env NAME``), in the spirit of Gymnasium's.
+
+It checks what tree sampling relies on: the reset/step signatures, determinism under a seed, a pure ``step``
+whose branches share no mutable object, termination within ``max_turns``, rewards that are finite numbers,
+and agent parsers and observers that survive arbitrary text.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from pettingllms.core.env import Agent, Env, Problem, make_agents
+from pettingllms.core.types import Transition
+
+GARBAGE_RESPONSES: tuple[str, ...] = (
+    "",
+    " ",
+    "\n\n\n",
+    "hello",
+    "42",
+    "\\boxed{}",
+    "\\boxed{42}",
+    "\\boxed{\\frac{1}{2}",
+    "```python\nprint(1)\n```",
+    "```python\nprint(1)\n```\n```python\nprint(2)\n```",
+    "```\nunclosed fence",
+    "**Code:**\n```python\nimport os\nos._exit(3)\n```",
+    "[[1,2],[3,4]]",
+    "[(0,0,1)]",
+    "#### U D L R",
+    "#### [\"U\", \"X\", 1, None]",
+    "**Actions List**: ['Up', 'Left']",
+    "**Test Input:**\n```\n1\n```\n**Test Output:**\n```\n2\n```",
+    "null\x00byte",
+    "ünïcödé ✓ 数学 🚀 \u202e reversed",
+    "a" * 20000,
+    "{" * 500 + "}" * 10,
+    "-1e308 nan inf",
+)
+
+
+@dataclass
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class CheckReport:
+    env: str
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def format(self) -> str:
+        lines = [f"check-env {self.env}: {'PASS' if self.ok else 'FAIL'}"]
+        for r in self.results:
+            lines.append(f"  [{'ok' if r.ok else 'FAIL'}] {r.name}" + (f": {r.detail}" if r.detail else ""))
+        return "\n".join(lines)
+
+
+def random_responses(n: int, seed: int = 0) -> list[str]:
+    """Seeded random strings of printable, whitespace, markup and unicode characters."""
+    rng = random.Random(seed)
+    alphabet = "abcxyz0123456789 \n\t{}[]()`*#:=+-/\\\"',.;<>|~^$%&!?_ÄßΩ数🚀\u200b"
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400))) for _ in range(n)]
+
+
+def check_env(
+    env: Env,
+    agents: dict[str, Agent] | None = None,
+    problems: Sequence[Problem] | None = None,
+    seed: int = 0,
+    n_random: int = 200,
+    name: str | None = None,
+) -> CheckReport:
+    """Run every check on ``env`` and return a report; never raises for a failing env."""
+    report = CheckReport(name or type(env).__name__)
+    checks: list[tuple[str, Callable[[], str | None]]] = []
+    state_cache: dict[str, Any] = {}
+
+    def add(check_name: str) -> Callable[[Callable[[], str | None]], None]:
+        def register(fn: Callable[[], str | None]) -> None:
+            checks.append((check_name, fn))
+
+        return register
+
+    @add("signatures")
+    def _() -> str | None:
+        for method, params in (("reset", ("problem", "seed")), ("step", ("state", "agent", "action"))):
+            try:
+                inspect.signature(getattr(env, method)).bind(*params)
+            except TypeError as exc:
+                return f"{method}{params} cannot be called positionally: {exc}"
+        if not isinstance(env.max_turns, int) or env.max_turns < 1:
+            return f"max_turns must be a positive int, got {env.max_turns!r}"
+        return None
+
+    @add("agents")
+    def _() -> str | None:
+        nonlocal agents
+        if agents is None:
+            agents = make_agents(env)
+        missing = [a for a in env.graph.agents if a not in agents]
+        return f"no agent for roles {missing}" if missing else None
+
+    @add("problems")
+    def _() -> str | None:
+        nonlocal problems
+        if problems is None:
+            problems = list(env.example_problems(2))
+        return None if problems else "example_problems() returned nothing to check with"
+
+    @add("reset determinism")
+    def _() -> str | None:
+        for p in problems:
+            a, b = env.reset(p, seed), env.reset(p, seed)
+            if not _same(a, b):
+                return f"reset({p.problem_id!r}, seed={seed}) gave different states: {_short(a)} vs {_short(b)}"
+        state_cache["s0"] = env.reset(problems[0], seed)
+        return None
+
+    @add("parser survives garbage")
+    def _() -> str | None:
+        for role, agent in agents.items():
+            for text in GARBAGE_RESPONSES + tuple(random_responses(n_random, seed)):
+                try:
+                    agent.parse(text)
+                except Exception as exc:  # the whole point: nothing may escape
+                    return f"agent {role!r}.parse raised {exc!r} on {text[:60]!r}"
+        return None
+
+    @add("observe returns chat messages")
+    def _() -> str | None:
+        for role, agent in agents.items():
+            messages = agent.observe(state_cache["s0"], 0)
+            if not isinstance(messages, list) or not messages:
+                return f"agent {role!r}.observe returned {type(messages).__name__}, expected a non-empty list"
+            for m in messages:
+                if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                    return f"agent {role!r}.observe returned a malformed message {m!r:.200}"
+        return None
+
+    @add("step is pure and deterministic")
+    def _() -> str | None:
+        s0 = state_cache["s0"]
+        for role, agent in agents.items():
+            for text in GARBAGE_RESPONSES[:8]:
+                action = agent.parse(text)
+                before = copy.deepcopy(s0)
+                first = env.step(s0, role, action)
+                if not isinstance(first, Transition):
+                    return f"step returned {type(first).__name__}, expected Transition"
+                if not _same(s0, before):
+                    return f"step({role!r}, {text!r}) mutated its input state"
+                second = env.step(s0, role, action)
+                if not _same(first.state, second.state) or (first.terminated, first.truncated) != (
+                    second.terminated,
+                    second.truncated,
+                ):
+                    return f"step({role!r}, {text!r}) is not deterministic"
+                if not isinstance(first.terminated, bool) or not isinstance(first.truncated, bool):
+                    return "terminated and truncated must be bools"
+        return None
+
+    @add("no aliasing between branches")
+    def _() -> str | None:
+        s0 = state_cache["s0"]
+        role = env.graph.agents[0]
+        agent = agents[role]
+        a = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[3])).state
+        b = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[4])).state
+        for label, x, y in (("two branches", a, b), ("a branch and its parent", a, s0)):
+            shared = _mutable_ids(x) & _mutable_ids(y)
+            if shared:
+                return f"{label} share {len(shared)} mutable object(s); return new immutable states from step"
+        return None
+
+    @add("rewards are finite")
+    def _() -> str | None:
+        s0 = state_cache["s0"]
+        values = {"team_reward": env.team_reward(s0)}
+        values.update({f"{r}.local_reward": ag.local_reward(s0) for r, ag in agents.items()})
+        for label, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                return f"{label} returned {v!r}; rewards must be finite numbers"
+        if not isinstance(env.success(s0), bool):
+            return f"success() must return a bool, got {type(env.success(s0)).__name__}"
+        return None
+
+    @add("episode ends within max_turns")
+    def _() -> str | None:
+        for i, text in enumerate(GARBAGE_RESPONSES[:6]):
+            state, steps = env.reset(problems[0], seed + i), 0
+            for turn in range(env.max_turns):
+                done = False
+                for stage in env.graph.stages(turn):
+                    for role in stage:
+                        t = env.step(state, role, agents[role].parse(text))
+                        state, steps = t.state, steps + 1
+                        done = t.terminated or t.truncated
+                        if done:
+                            break
+                    if done:
+                        break
+                if done:
+                    break
+            budget = env.max_turns * len(env.graph.agents)
+            if steps > budget:
+                return f"took {steps} steps, more than max_turns x agents = {budget}"
+        return None
+
+    for check_name, fn in checks:
+        if not report.ok:
+            report.results.append(CheckResult(check_name, False, "skipped: an earlier check failed"))
+            continue
+        try:
+            detail = fn()
+        except Exception as exc:
+            detail = f"raised {exc!r}"
+        report.results.append(CheckResult(check_name, detail is None, detail or ""))
+    return report
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        if a == b:
+            return True
+    except Exception:  # e.g. arrays with ambiguous truth values
+        pass
+    return repr(a) == repr(b)
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _is_mutable(obj: Any) -> bool:
+    if isinstance(obj, (list, dict, set, bytearray)):
+        return True
+    flags = getattr(obj, "flags", None)  # numpy-like arrays
+    if flags is not None and getattr(flags, "writeable", False):
+        return True
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return not obj.__dataclass_params__.frozen
+    return hasattr(obj, "__dict__") and not isinstance(obj, type) and not callable(obj)
+
+
+def _children(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, dict):
+        yield from obj.keys()
+        yield from obj.values()
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        yield from obj
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield getattr(obj, f.name)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        yield from vars(obj).values()
+
+
+def _mutable_ids(root: Any, limit: int = 200_000) -> set[int]:
+    """Ids of the mutable objects reachable from ``root`` (containers, arrays, plain objects)."""
+    seen: set[int] = set()
+    mutable: set[int] = set()
+    stack = [root]
+    while stack and len(seen) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(obj))
+        if _is_mutable(obj):
+            mutable.add(id(obj))
+        stack.extend(_children(obj))
+    return mutable

@@ -1,0 +1,112 @@
+"""The environment and agent API that built-in and user environments implement.
+
+Design rules (they are what make tree sampling correct):
+- ``Env.step`` is a pure transition: it takes a state and returns a new ``Transition``; it never mutates its
+  input, so K branches stepped from one state cannot alias. States made of tuples and frozen dataclasses
+  get this for free.
+- Seeding happens only in ``reset``. Anything random inside ``step`` must derive from the state.
+- ``terminated`` (the task ended) and ``truncated`` (stopped from outside) are kept apart.
+- Agents hold no per-episode state: everything they need is in the env state. One agent object serves
+  every episode and branch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+from pettingllms.core.graph import AgentGraph
+from pettingllms.core.types import Message, Transition
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task instance: a dataset row or a procedural seed, with a stable id."""
+
+    problem_id: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Agent(ABC):
+    """A role: turns a state into chat messages, a response into an action, and scores its own part."""
+
+    def __init__(self, name: str, **options: Any) -> None:
+        self.name = name
+        self.options = dict(options)
+
+    @abstractmethod
+    def observe(self, state: Any, turn: int) -> list[Message]:
+        """Chat messages that prompt this agent at ``turn``."""
+
+    @abstractmethod
+    def parse(self, response: str) -> Any:
+        """The action in a model response. Must never raise, whatever the text."""
+
+    def local_reward(self, state: Any) -> float:
+        """This agent's own reward, read from the state its action produced. Default: none."""
+        del state
+        return 0.0
+
+
+class Env(ABC):
+    """A multi-agent environment with a pure transition function."""
+
+    #: Agents acting each turn, in stages. Override per class or per instance.
+    graph: ClassVar[AgentGraph]
+    #: Role name -> agent registry name (or "module:Class"), used to build this env's agents.
+    agent_classes: ClassVar[Mapping[str, str]]
+
+    def __init__(self, max_turns: int = 1, **options: Any) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.options = dict(options)
+
+    @abstractmethod
+    def reset(self, problem: Problem, seed: int) -> Any:
+        """The initial state for ``problem``. The only place randomness is seeded."""
+
+    @abstractmethod
+    def step(self, state: Any, agent: str, action: Any) -> Transition:
+        """Apply ``agent``'s ``action`` to ``state`` and return a *new* state. Never mutate ``state``."""
+
+    @abstractmethod
+    def team_reward(self, state: Any) -> float:
+        """The shared outcome every agent is credited with (times ``reward.alpha``)."""
+
+    @abstractmethod
+    def success(self, state: Any) -> bool:
+        """Whether the task is solved in ``state`` (the headline validation metric)."""
+
+    @classmethod
+    def example_problems(cls, n: int = 2) -> Sequence[Problem]:
+        """A few problems for the conformance checker and smoke tests. Override in every env."""
+        del n
+        return [Problem("example-0")]
+
+    @staticmethod
+    def describe(state: Any) -> str:
+        """A short human-readable state for logs."""
+        return repr(state)[:500]
+
+
+def make_agents(
+    env: Env,
+    classes: Mapping[str, str] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Agent]:
+    """Build one agent per role of ``env.graph``.
+
+    ``classes`` overrides a role's agent class (a registry name or ``"module:Class"``); ``options`` passes
+    keyword options per role.
+    """
+    from pettingllms.core.registry import get_agent_class  # local: registry imports nothing from here
+
+    classes = {**env.agent_classes, **(classes or {})}
+    agents = {}
+    for role in env.graph.agents:
+        if role not in classes:
+            raise KeyError(f"{type(env).__name__} has no agent class for role {role!r}; known: {sorted(classes)}")
+        agents[role] = get_agent_class(classes[role])(role, **dict((options or {}).get(role, {})))
+    return agents

@@ -1,0 +1,32 @@
+"""Errors that name the problem. Each says what was wrong and what to do about it."""
+
+
+class PettingLLMsError(Exception):
+    """Base class: every error this library raises on purpose."""
+
+
+class RegistryError(PettingLLMsError, KeyError):
+    """Unknown name, or a different object registered again under an existing name."""
+
+    def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigError(PettingLLMsError, ValueError):
+    """A configuration that cannot work (bad value, impossible layout, missing piece)."""
+
+
+class DataError(PettingLLMsError, ValueError):
+    """A missing, empty or malformed dataset."""
+
+
+class PromptTooLongError(PettingLLMsError, ValueError):
+    """A prompt exceeds ``training.max_prompt_length``."""
+
+
+class EnvError(PettingLLMsError, RuntimeError):
+    """An environment crashed or broke its contract."""
+
+
+class InfrastructureError(PettingLLMsError, RuntimeError):
+    """Something outside the model's control failed (sandbox, engine). Never scored as a wrong answer."""

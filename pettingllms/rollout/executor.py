@@ -1,0 +1,390 @@
+"""The agent-graph executor: runs many multi-turn episodes concurrently and records GRPO samples.
+
+Tree mode, for problem p with branching factor K (DESIGN.md, "The algorithm, exactly"):
+
+    state = env.reset(p, seed)
+    for turn t < max_turns:
+        for stage in graph.stages(t):                  # agents acting from the same state
+            for agent a in stage:                      # one request each, n=K, all sent together
+                K candidates ~ policy(a)(observe(state))
+                s_k = env.step(state, a, action_k)      # pure: each candidate on its own new state
+                r_k = alpha * team_reward(s_k) + local_reward_a(s_k)
+                record K samples in group (p, t, a)
+                chosen[a] = select(r)
+            state = apply the stage's chosen actions in agent order
+            stop if terminated
+
+Selection happens only after every agent of the stage is scored on its own candidates, so no agent is ever
+scored on copies of another's choice. Independent mode runs K separate episodes with n=1 and groups them by
+(p, t, a) too. Validation always uses independent mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from pettingllms.core.env import Agent, Env, Problem
+from pettingllms.core.errors import ConfigError, EnvError, PromptTooLongError
+from pettingllms.core.types import (
+    FINISH_LENGTH,
+    Completion,
+    EpisodeRecord,
+    GenerationRequest,
+    Sample,
+    SamplingParams,
+    Transition,
+)
+from pettingllms.rollout.batcher import RequestBatcher
+from pettingllms.rollout.policy_client import PolicyClient
+
+MODES = ("tree", "independent")
+SELECTIONS = ("greedy", "sample", "first")
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent as the executor sees it: its behaviour, its policy and its sampling settings."""
+
+    agent: Agent
+    policy: str
+    train_sampling: SamplingParams
+    val_sampling: SamplingParams
+    adapter: str | None = None  # L2: the agent's LoRA adapter on its policy
+    trainable: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    mode: str = "tree"
+    branching: int = 4  # K
+    select: str = "greedy"
+    alpha: float = 1.0  # weight of the team reward in every agent's reward
+    max_prompt_length: int = 2048
+    max_response_length: int = 512
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
+        if self.select not in SELECTIONS:
+            raise ConfigError(f"rollout.select must be one of {SELECTIONS}, got {self.select!r}")
+        if self.branching < 1:
+            raise ConfigError(f"rollout.branching (K) must be >= 1, got {self.branching}")
+
+
+@dataclass
+class RolloutResult:
+    samples: list[Sample]
+    episodes: list[EpisodeRecord]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Candidate:
+    completion: Completion
+    action: Any = None
+    transition: Transition | None = None  # None: failed generation, never stepped
+    team: float = 0.0
+    local: float = 0.0
+
+    @property
+    def reward(self) -> float:
+        return self.team + self.local  # team already carries alpha
+
+    @property
+    def failed(self) -> bool:
+        return self.transition is None
+
+
+@dataclass
+class _Node:
+    """The K candidates of one agent at one (turn, stage)."""
+
+    agent: str
+    prompt_ids: tuple[int, ...]
+    messages: list
+    candidates: list[_Candidate]
+    chosen: int | None = None
+
+
+@dataclass
+class _EpisodeOutput:
+    samples: list[Sample]
+    record: EpisodeRecord
+
+
+class Executor:
+    """Runs episodes of one env against a set of policies. Reusable across steps; holds no episode state."""
+
+    def __init__(
+        self,
+        env: Env,
+        agents: Mapping[str, AgentSpec],
+        clients: Mapping[str, PolicyClient],
+        config: RolloutConfig,
+    ) -> None:
+        missing = [a for a in env.graph.agents if a not in agents]
+        if missing:
+            raise ConfigError(f"env {type(env).__name__} needs agents {missing}; configured: {sorted(agents)}")
+        unknown_policies = sorted({s.policy for s in agents.values()} - set(clients))
+        if unknown_policies:
+            raise ConfigError(f"agents refer to policies {unknown_policies}, which are not set up: {sorted(clients)}")
+        self.env = env
+        self.agents = dict(agents)
+        self.clients = dict(clients)
+        self.config = config
+        self._env_s = 0.0
+
+    # ----------------------------------------------------------------------------------------------- API
+    def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None):
+        """Synchronous wrapper around ``arun``."""
+        return asyncio.run(self.arun(problems, seeds, validation=validation, n=n))
+
+    async def arun(
+        self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None
+    ) -> RolloutResult:
+        """Roll out every problem. Training uses ``config.mode``; validation always runs independent episodes.
+
+        ``n`` overrides the number of branches (tree) or episodes per problem (independent).
+        """
+        if len(problems) != len(seeds):
+            raise ValueError(f"{len(problems)} problems but {len(seeds)} seeds")
+        k = n or self.config.branching
+        mode = "independent" if validation else self.config.mode
+        batcher = RequestBatcher(self.clients)
+        self._env_s = 0.0
+        start = time.perf_counter()
+        if mode == "tree":
+            coros = [self._episode(batcher, slot, p, s, f"p{slot}", k, validation) for slot, (p, s) in
+                     enumerate(zip(problems, seeds))]
+        else:
+            coros = [self._episode(batcher, slot, p, s, f"p{slot}e{e}", 1, validation)
+                     for slot, (p, s) in enumerate(zip(problems, seeds)) for e in range(k)]
+        outputs = await batcher.run(coros)
+        timings = {
+            "rollout_s": time.perf_counter() - start,
+            "generate_s": batcher.stats.generate_s,
+            "env_s": self._env_s,
+            "generate_calls": float(batcher.stats.flushes),
+            "generated_sequences": float(batcher.stats.sequences),
+        }
+        return RolloutResult(
+            samples=[s for o in outputs for s in o.samples],
+            episodes=[o.record for o in outputs],
+            timings=timings,
+        )
+
+    # ----------------------------------------------------------------------------------------------- episode
+    async def _episode(
+        self, batcher: RequestBatcher, slot: int, problem: Problem, seed: int, episode: str, k: int, validation: bool
+    ) -> _EpisodeOutput:
+        state = self._reset(problem, seed)
+        samples: list[Sample] = []
+        transcript: list[dict[str, Any]] = []
+        terminated = truncated = False
+        error = None
+        turn = 0
+        for turn in range(self.env.max_turns):
+            for stage in self.env.graph.stages(turn):
+                try:
+                    nodes = await self._expand(batcher, state, turn, stage, episode, problem, k, validation)
+                except PromptTooLongError as exc:
+                    if turn == 0:
+                        raise  # the task itself does not fit: a data or config problem
+                    error, truncated = str(exc), True  # the history grew too long: end this episode only
+                    break
+                for node in nodes:
+                    node.chosen = self._select(node, seed, turn)
+                    samples.extend(self._samples(node, slot, turn, episode, problem))
+                    transcript.append(_transcript_entry(turn, node))
+                if any(node.chosen is None for node in nodes):
+                    error = "every candidate of an agent failed to generate"
+                    truncated = True
+                    break
+                state, terminated, truncated = self._apply(state, nodes, problem, turn)
+                if terminated or truncated:
+                    break
+            if terminated or truncated:
+                break
+        turns = turn + 1
+        if not (terminated or truncated):
+            truncated = True  # ran out of turns
+        record = EpisodeRecord(
+            episode=episode,
+            problem_id=problem.problem_id,
+            turns=turns,
+            terminated=terminated,
+            truncated=truncated,
+            success=bool(self.env.success(state)),
+            team_reward=float(self.env.team_reward(state)),
+            agent_rewards=_agent_totals(transcript),
+            error=error,
+            transcript=transcript,
+        )
+        return _EpisodeOutput(samples, record)
+
+    async def _expand(
+        self,
+        batcher: RequestBatcher,
+        state: Any,
+        turn: int,
+        stage: Sequence[str],
+        episode: str,
+        problem: Problem,
+        k: int,
+        validation: bool,
+    ) -> list[_Node]:
+        """Sample k candidates for every agent of the stage from ``state``, then step and score each one."""
+        requests, nodes = [], []
+        for name in stage:
+            spec = self.agents[name]
+            messages = spec.agent.observe(state, turn)
+            prompt_ids = tuple(self.clients[spec.policy].codec.encode_chat(messages))
+            self._check_prompt(prompt_ids, name, turn, problem)
+            sampling = spec.val_sampling if validation else spec.train_sampling
+            sampling = _cap_tokens(sampling, self.config.max_response_length)
+            request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter)
+            requests.append((spec.policy, request))
+            nodes.append(_Node(name, prompt_ids, messages, []))
+        results = await batcher.generate_many(requests)
+        for node, result in zip(nodes, results):
+            node.candidates = await self._score(state, node.agent, result.completions, problem, turn)
+        return nodes
+
+    async def _score(
+        self, state: Any, agent_name: str, completions: Sequence[Completion], problem: Problem, turn: int
+    ) -> list[_Candidate]:
+        agent = self.agents[agent_name].agent
+        candidates = [_Candidate(c) for c in completions]
+        live = [c for c in candidates if not c.completion.failed]
+        for c in live:
+            c.action = agent.parse(c.completion.text)
+        start = time.perf_counter()
+        transitions = await asyncio.gather(
+            *(asyncio.to_thread(self._step, state, agent_name, c.action, problem, turn) for c in live)
+        )
+        self._env_s += time.perf_counter() - start
+        for c, transition in zip(live, transitions):
+            c.transition = transition
+            c.team = self.config.alpha * float(self.env.team_reward(transition.state))
+            c.local = float(agent.local_reward(transition.state))
+        return candidates
+
+    def _select(self, node: _Node, seed: int, turn: int) -> int | None:
+        """Index of the branch to continue from; None when every candidate failed."""
+        options = [i for i, c in enumerate(node.candidates) if not c.failed]
+        if not options:
+            return None
+        if self.config.select == "first":
+            return options[0]
+        rewards = [node.candidates[i].reward for i in options]
+        if self.config.select == "greedy":
+            best = max(rewards)
+            return options[rewards.index(best)]  # ties: lowest index, deterministic
+        rng = random.Random(f"{seed}/{turn}/{node.agent}")
+        top = max(rewards)
+        weights = [math.exp(r - top) for r in rewards]
+        return rng.choices(options, weights=weights, k=1)[0]
+
+    def _apply(self, state: Any, nodes: Sequence[_Node], problem: Problem, turn: int) -> tuple[Any, bool, bool]:
+        """The state after the stage: the first agent's chosen transition, then the others' chosen actions."""
+        first = nodes[0].candidates[nodes[0].chosen].transition
+        state, terminated, truncated = first.state, first.terminated, first.truncated
+        for node in nodes[1:]:
+            if terminated or truncated:
+                break
+            chosen = node.candidates[node.chosen]
+            step = self._step(state, node.agent, chosen.action, problem, turn)
+            state, terminated, truncated = step.state, step.terminated, step.truncated
+        return state, terminated, truncated
+
+    def _samples(self, node: _Node, slot: int, turn: int, episode: str, problem: Problem) -> list[Sample]:
+        spec = self.agents[node.agent]
+        out = []
+        for k, c in enumerate(node.candidates):
+            out.append(
+                Sample(
+                    policy=spec.policy,
+                    agent=node.agent,
+                    turn=turn,
+                    group=(slot, turn, node.agent),
+                    episode=episode,
+                    problem_id=problem.problem_id,
+                    branch=k,
+                    prompt_ids=node.prompt_ids,
+                    response_ids=c.completion.token_ids,
+                    response_logprobs=c.completion.logprobs,
+                    reward=0.0 if c.failed else c.reward,
+                    team_reward=c.team,
+                    local_reward=c.local,
+                    adapter=spec.adapter,
+                    failed=c.failed,
+                    truncated=c.completion.finish_reason == FINISH_LENGTH,
+                    chosen=k == node.chosen,
+                    response_text=c.completion.text,
+                )
+            )
+        return out
+
+    # ----------------------------------------------------------------------------------------------- env calls
+    def _reset(self, problem: Problem, seed: int) -> Any:
+        try:
+            return self.env.reset(problem, seed)
+        except Exception as exc:
+            raise EnvError(f"{type(self.env).__name__}.reset failed on problem {problem.problem_id!r}: {exc!r}") from exc
+
+    def _step(self, state: Any, agent: str, action: Any, problem: Problem, turn: int) -> Transition:
+        try:
+            transition = self.env.step(state, agent, action)
+        except Exception as exc:
+            raise EnvError(
+                f"{type(self.env).__name__}.step crashed on problem {problem.problem_id!r}, turn {turn}, "
+                f"agent {agent!r}, action {action!r:.200}: {exc!r}"
+            ) from exc
+        if not isinstance(transition, Transition):
+            raise EnvError(f"{type(self.env).__name__}.step must return a Transition, got {type(transition)}")
+        return transition
+
+    def _check_prompt(self, prompt_ids: Sequence[int], agent: str, turn: int, problem: Problem) -> None:
+        if len(prompt_ids) > self.config.max_prompt_length:
+            raise PromptTooLongError(
+                f"prompt of agent {agent!r} at turn {turn} on problem {problem.problem_id!r} has "
+                f"{len(prompt_ids)} tokens > training.max_prompt_length={self.config.max_prompt_length}. "
+                f"Raise training.max_prompt_length or shorten the env's observation."
+            )
+
+
+def _cap_tokens(sampling: SamplingParams, max_response_length: int) -> SamplingParams:
+    if sampling.max_tokens <= max_response_length:
+        return sampling
+    return SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_response_length)
+
+
+def _transcript_entry(turn: int, node: _Node) -> dict[str, Any]:
+    chosen = node.candidates[node.chosen] if node.chosen is not None else None
+    return {
+        "turn": turn,
+        "agent": node.agent,
+        "prompt": node.messages,
+        "response": chosen.completion.text if chosen else None,
+        "reward": chosen.reward if chosen else None,
+        "team_reward": chosen.team if chosen else None,
+        "local_reward": chosen.local if chosen else None,
+        "branch_rewards": [None if c.failed else c.reward for c in node.candidates],
+    }
+
+
+def _agent_totals(transcript: Sequence[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for entry in transcript:
+        if entry["reward"] is not None:
+            totals[entry["agent"]] = totals.get(entry["agent"], 0.0) + entry["reward"]
+    return totals

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+# Placeholder until the sandbox lands: nothing to install yet.
+exit 0

@@ -1,0 +1,37 @@
+"""Shared fixtures: a scripted two-agent setup that needs no model."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def make_executor() -> Callable:
+    """Build an Executor over the toy env with one scripted policy per entry of ``scripts``."""
+    from pettingllms.core import SamplingParams
+    from pettingllms.core.env import make_agents
+    from pettingllms.rollout.executor import AgentSpec, Executor, RolloutConfig
+    from pettingllms.rollout.policy_client import LocalPolicyClient
+    from pettingllms.rollout.scripted import ScriptedEngine
+
+    def build(env, script, policies=None, adapters=None, **rollout):
+        agents = make_agents(env)
+        policies = policies or {name: "policy_0" for name in agents}
+        engines = {p: ScriptedEngine(script) for p in set(policies.values())}
+        sampling = SamplingParams(max_tokens=10_000)
+        specs = {
+            name: AgentSpec(agent, policies[name], sampling, sampling, (adapters or {}).get(name))
+            for name, agent in agents.items()
+        }
+        clients = {p: LocalPolicyClient(e, e.codec) for p, e in engines.items()}
+        rollout.setdefault("max_prompt_length", 100_000)
+        rollout.setdefault("max_response_length", 100_000)
+        return Executor(env, specs, clients, RolloutConfig(**rollout)), engines
+
+    return build

@@ -1,0 +1,106 @@
+"""The conformance checker passes good envs and fails broken ones clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from envs.toy.env import TargetsEnv, TargetWriter
+from pettingllms.cli import main
+from pettingllms.core import Transition
+from pettingllms.core.checker import check_env
+from pettingllms.core.registry import ENVS, get_env_class
+
+
+@pytest.mark.parametrize("name", ENVS.names())
+def test_every_registered_env_passes(name):
+    report = check_env(get_env_class(name)(), name=name)
+    assert report.ok, report.format()
+
+
+class PlainAgent(TargetWriter):
+    def observe(self, state, turn):
+        return [{"role": "user", "content": str(state)}]
+
+    def local_reward(self, state):
+        return 0.0
+
+
+class MutatingEnv(TargetsEnv):
+    """Steps in place, like the reference's agents mutating env.state."""
+
+    agent_class = f"{__name__}:PlainAgent"
+
+    def reset(self, problem, seed):
+        return {"answers": []}
+
+    def step(self, state, agent, action):
+        state["answers"].append(action)
+        return Transition(state)
+
+    def team_reward(self, state):
+        return 0.0
+
+    def success(self, state):
+        return False
+
+
+class RaisingParser(TargetWriter):
+    def parse(self, response):
+        return int(response)  # ValueError on most text
+
+
+class BadParserEnv(TargetsEnv):
+    agent_class = f"{__name__}:RaisingParser"
+
+
+class SharedListEnv(TargetsEnv):
+    """Pure (input untouched) but every branch shares one list: aliasing."""
+
+    agent_class = MutatingEnv.agent_class
+
+    SHARED: list = []
+
+    def reset(self, problem, seed):
+        return ("start", self.SHARED)
+
+    def step(self, state, agent, action):
+        return Transition((str(action), self.SHARED))
+
+    def team_reward(self, state):
+        return 0.0
+
+    def success(self, state):
+        return False
+
+
+class NaNRewardEnv(TargetsEnv):
+    def team_reward(self, state):
+        return float("nan")
+
+
+@pytest.mark.parametrize(
+    "env,check,detail",
+    [
+        (MutatingEnv(), "step is pure and deterministic", "mutated its input state"),
+        (BadParserEnv(), "parser survives garbage", "parse raised ValueError"),
+        (SharedListEnv(), "no aliasing between branches", "share"),
+        (NaNRewardEnv(), "rewards are finite", "team_reward returned nan"),
+    ],
+)
+def test_broken_envs_fail_with_a_clear_reason(env, check, detail):
+    report = check_env(env)
+    assert not report.ok
+    failures = [r for r in report.results if not r.ok and not r.detail.startswith("skipped")]
+    assert failures[0].name == check
+    assert detail in failures[0].detail
+
+
+def test_cli_exit_codes(capsys):
+    assert main(["check-env", "toy_targets"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert main(["check-env", f"{__name__}:MutatingEnv"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "mutated its input state" in out
+    assert main(["check-env", "no_such_env"]) == 1
+    assert "unknown env 'no_such_env'" in capsys.readouterr().out
+    assert main(["check-env", "--all"]) == 0
