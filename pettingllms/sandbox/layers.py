@@ -1,0 +1,176 @@
+"""Which isolation layer runs a program, and the command line that sets it up.
+
+strong    bubblewrap: new pid, net, ipc, uts (and cgroup) namespaces, a root made only of read-only binds
+          of /usr, /etc and the interpreter, private size-capped tmpfs for the work dir and /tmp. As root
+          the program runs as a private slot uid (see uids.py); otherwise in a new user namespace.
+fallback  no namespaces from bubblewrap: a new session, rlimits, a private slot uid when root (plus a new
+          network namespace when the kernel allows it), a subreaper launcher that kills the whole tree.
+
+Everything here builds argument lists and dicts and starts nothing -- except describe_interpreter, which
+asks an interpreter once where its standard library lives.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pettingllms.core.errors import InfrastructureError
+
+from .limits import Limits
+
+STRONG = "strong"
+FALLBACK = "fallback"
+LAYERS = (STRONG, FALLBACK)
+
+LAUNCHER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launcher.py")
+
+# Paths as the program sees them in the strong layer.
+SANDBOX_DIR = "/sandbox"
+SANDBOX_WORK = SANDBOX_DIR + "/work"
+SANDBOX_INPUT = SANDBOX_DIR + "/input"
+SANDBOX_LAUNCHER = SANDBOX_DIR + "/launcher.py"
+
+SYSTEM_DIRS = ("/usr", "/etc")
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+PROGRAM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    executable: str
+    prefixes: tuple[str, ...]  # directories the interpreter needs, bound read-only in the strong layer
+
+
+@lru_cache(maxsize=None)
+def describe_interpreter(executable: str) -> Interpreter:
+    """Ask the interpreter where its stdlib lives. Raises InfrastructureError if it does not run."""
+    query = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]))"
+    try:
+        out = subprocess.run([executable, "-I", "-S", "-c", query], capture_output=True, text=True, timeout=60,
+                             env={"PATH": PROGRAM_PATH}, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InfrastructureError(f"sandbox interpreter {executable!r} does not run: {exc}") from exc
+    dirs = {os.path.realpath(p) for p in json.loads(out)}
+    dirs.add(os.path.dirname(os.path.realpath(executable)))
+    return Interpreter(executable=executable, prefixes=tuple(sorted(_outermost(dirs))))
+
+
+def _is_within(path: str, dirs) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in dirs)
+
+
+def _outermost(paths: set[str]) -> set[str]:
+    """Drop paths the system binds already cover, and paths inside another path of the set."""
+    return {p for p in paths if not _is_within(p, SYSTEM_DIRS) and not _is_within(p, paths - {p})}
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap", path=os.environ.get("PATH", "") + os.pathsep + PROGRAM_PATH)
+
+
+def program_env(home: str, tmpdir: str) -> dict[str, str]:
+    """The whole environment of the program: an allow-list, nothing inherited from the runner."""
+    return {
+        "PATH": PROGRAM_PATH,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": home,
+        "TMPDIR": tmpdir,
+        "PYTHONHASHSEED": "0",  # reproducible set/dict order across runs of the same program
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+
+
+def program_argv(interpreter: Interpreter, main_path: str, argv: tuple[str, ...]) -> list[str]:
+    # -s: no user site-packages. Not -I: that would also ignore PYTHONHASHSEED from program_env.
+    return [interpreter.executable, "-s", main_path, *argv]
+
+
+def launcher_config(*, layer: str, interpreter: Interpreter, limits: Limits, argv: tuple[str, ...],
+                    host_work_dir: str, uid: int | None, report_fd: int, lifeline_fd: int) -> dict:
+    strong = layer == STRONG
+    cwd = SANDBOX_WORK if strong else host_work_dir
+    if strong:
+        kill_mode = "namespace"  # kill(-1) inside the pid namespace reaches every process of the run
+    elif uid is not None:
+        kill_mode = "uid"  # kill(-1) as the run's private uid
+    else:
+        kill_mode = "tree"  # walk our own descendants (subreaper keeps setsid orphans in the tree)
+    return {
+        "argv": program_argv(interpreter, os.path.join(cwd, "main.py"), argv),
+        "cwd": cwd,
+        "copy_from": SANDBOX_INPUT if strong else None,
+        "env": program_env(home=cwd, tmpdir="/tmp" if strong else cwd),
+        "rlimits": limits.rlimits(),
+        "uid": uid,
+        "gid": uid,
+        "kill_mode": kill_mode,
+        "unshare_net": (not strong) and uid is not None,  # the fallback tries it when it is root
+        "nproc_relative": uid is None,  # non-root: the program shares its uid's task count (see launcher)
+        "report_fd": report_fd,
+        "lifeline_fd": lifeline_fd,
+    }
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def bwrap_argv(*, bwrap: str, interpreter: Interpreter, limits: Limits, host_work_dir: str, privileged: bool,
+               config: dict) -> list[str]:
+    args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if privileged:
+        # No user namespace: the launcher stays root inside so it can drop the program to the slot uid,
+        # which makes RLIMIT_NPROC count. These caps are the launcher's only; the program gets none.
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"):
+            args += ["--cap-add", cap]
+    else:
+        args += ["--unshare-user"]
+    for path in SYSTEM_DIRS:
+        if os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in SYSTEM_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    made = set()
+    for prefix in interpreter.prefixes:
+        for parent in _parents(prefix):
+            if parent not in made:
+                # bwrap would create missing parents 0700, hiding the interpreter from the program's uid.
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        args += ["--ro-bind", prefix, prefix]
+    disk = str(int(limits.max_disk_bytes))
+    args += [
+        "--perms", "0755", "--dir", SANDBOX_DIR,
+        "--ro-bind", LAUNCHER_PATH, SANDBOX_LAUNCHER,
+        "--ro-bind", host_work_dir, SANDBOX_INPUT,
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--perms", "1777", "--size", disk, "--tmpfs", "/tmp",
+        "--perms", "0777", "--size", disk, "--tmpfs", SANDBOX_WORK,
+        "--remount-ro", "/",
+        "--chdir", SANDBOX_WORK,
+        "--", interpreter.executable, "-I", "-S", SANDBOX_LAUNCHER, encode_config(config),
+    ]
+    return args
+
+
+def fallback_argv(*, interpreter: Interpreter, config: dict) -> list[str]:
+    return [interpreter.executable, "-I", "-S", LAUNCHER_PATH, encode_config(config)]
+
+
+def encode_config(config: dict) -> str:
+    # marshal: the launcher decodes it without importing json (startup time); hex keeps argv printable.
+    return marshal.dumps(config).hex()
