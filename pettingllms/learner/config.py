@@ -1,0 +1,180 @@
+"""Learner hyper-parameters: optimiser, schedule, PPO loss, KL to the reference, micro-batching.
+
+Every value is checked on construction, so a wrong setting fails at start-up with a message that names it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import InitVar, dataclass, field
+from typing import Any, Mapping
+
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum")
+"""Aggregation modes whose micro-batch losses add up exactly to the mini-batch loss.
+
+verl's ``seq-mean-token-sum-norm`` divides by the padded response width, which differs between token-budget
+micro-batches, so gradient accumulation would not equal one big batch; it is refused rather than silently wrong.
+"""
+
+KL_TYPES = ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl", "k1+", "k3+", "low_var_kl+")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class KLConfig:
+    """KL penalty to the reference policy, added to the loss as ``coef * agg(kl_penalty(logp, ref_logp))``.
+
+    ``coef == 0`` turns it off, and then no reference model or reference forward pass exists at all.
+    ``adaptive`` uses the adaptive controller (Ziegler et al.), updated once per training step towards ``target``.
+    verl's names ``init_kl_coeff``, ``kl_target`` and ``kl_horizon`` are accepted as aliases.
+    """
+
+    coef: float = 0.0
+    type: str = "low_var_kl"
+    adaptive: bool = False
+    target: float = 0.01
+    horizon: int = 10000
+    init_kl_coeff: InitVar[float | None] = None
+    kl_target: InitVar[float | None] = None
+    kl_horizon: InitVar[int | None] = None
+
+    def __post_init__(self, init_kl_coeff: float | None, kl_target: float | None, kl_horizon: int | None) -> None:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for alias, canonical, value in (
+            ("init_kl_coeff", "coef", init_kl_coeff),
+            ("kl_target", "target", kl_target),
+            ("kl_horizon", "horizon", kl_horizon),
+        ):
+            if value is None:
+                continue
+            current = getattr(self, canonical)
+            if current != defaults[canonical] and current != value:
+                raise ValueError(f"KLConfig: {alias}={value} conflicts with {canonical}={current}; set only one")
+            setattr(self, canonical, value)
+        self.validate()
+
+    @property
+    def enabled(self) -> bool:
+        return self.coef > 0
+
+    def validate(self) -> None:
+        if self.coef < 0:
+            raise ValueError(f"kl.coef must be >= 0 (0 turns the KL loss off), got {self.coef}")
+        if self.type not in KL_TYPES:
+            raise ValueError(f"kl.type must be one of {KL_TYPES}, got {self.type!r}")
+        if self.adaptive and self.target <= 0:
+            raise ValueError(f"kl.target must be > 0 for the adaptive controller, got {self.target}")
+        if self.adaptive and self.horizon <= 0:
+            raise ValueError(f"kl.horizon must be > 0 for the adaptive controller, got {self.horizon}")
+
+
+@dataclass
+class LearnerConfig:
+    """One policy's optimisation settings.
+
+    ``total_steps`` is the number of training iterations (calls to ``PolicyLearner.update``). The LR scheduler
+    steps once per iteration, never per mini-batch or per adapter, so the schedule is a single warmup + cosine
+    curve from ``lr`` down to ``min_lr_ratio * lr``. It has no usable default on purpose: the reference left it
+    unset and its LR alternated between lr and 0.3 lr on every step.
+    """
+
+    total_steps: int | None = None
+    lr: float = 5e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.3
+    grad_clip: float | None = 1.0  # max global grad norm (per adapter under LoRA); None disables clipping
+    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = 0  # sequences per optimizer step (per adapter under LoRA); 0 = whole batch
+    micro_batch_max_tokens: int = 2048  # padded tokens per forward; gradients accumulate over micro-batches
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    kl: KLConfig = field(default_factory=KLConfig)
+    dtype: str = "float32"  # "bfloat16" = bf16 autocast (weights and optimiser state stay fp32)
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kl, Mapping):
+            self.kl = KLConfig(**self.kl)
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.validate()
+
+    def validate(self) -> None:
+        if self.total_steps is None:
+            raise ValueError(
+                "total_steps is required: the number of training iterations (training.total_training_steps) "
+                "that the LR schedule spans"
+            )
+        if isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) or self.total_steps <= 0:
+            raise ValueError(f"total_steps must be a positive int, got {self.total_steps!r}")
+        _check(self.lr > 0, f"lr must be > 0, got {self.lr}")
+        _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        _check(
+            len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+            f"betas must be two values in [0, 1), got {self.betas}",
+        )
+        _check(self.eps > 0, f"eps must be > 0, got {self.eps}")
+        _check(
+            0 <= self.warmup_steps <= self.total_steps,
+            f"warmup_steps must be in [0, total_steps={self.total_steps}], got {self.warmup_steps}",
+        )
+        _check(0.0 <= self.min_lr_ratio <= 1.0, f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        _check(
+            self.grad_clip is None or self.grad_clip > 0,
+            f"grad_clip must be > 0 or None (no clipping), got {self.grad_clip}",
+        )
+        _check(self.ppo_epochs >= 1, f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        _check(
+            self.ppo_mini_batch_size >= 0,
+            f"ppo_mini_batch_size must be >= 0 (0 = whole batch), got {self.ppo_mini_batch_size}",
+        )
+        _check(
+            self.micro_batch_max_tokens > 0, f"micro_batch_max_tokens must be > 0, got {self.micro_batch_max_tokens}"
+        )
+        _check(0 < self.clip_ratio_low < 1, f"clip_ratio_low must be in (0, 1), got {self.clip_ratio_low}")
+        _check(self.clip_ratio_high > 0, f"clip_ratio_high must be > 0, got {self.clip_ratio_high}")
+        _check(self.clip_ratio_c > 1, f"clip_ratio_c (dual clip) must be > 1, got {self.clip_ratio_c}")
+        _check(
+            self.loss_agg_mode in LOSS_AGG_MODES,
+            f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}",
+        )
+        _check(self.entropy_coeff >= 0, f"entropy_coeff must be >= 0, got {self.entropy_coeff}")
+        _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        self.kl.validate()
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "LearnerConfig":
+        """Build from a flat or nested mapping (e.g. a Hydra node).
+
+        Accepts ``kl`` as a mapping, and verl's flat KL names ``kl_coef``/``init_kl_coeff``, ``kl_target``,
+        ``kl_horizon``, ``kl_type``/``kl_penalty`` and ``adaptive_kl``. Unknown keys raise, naming them.
+        """
+        values = dict(values)
+        kl_values = dict(values.pop("kl", None) or {})
+        flat_kl = {
+            "kl_coef": "coef",
+            "init_kl_coeff": "init_kl_coeff",
+            "kl_target": "kl_target",
+            "kl_horizon": "kl_horizon",
+            "kl_type": "type",
+            "kl_penalty": "type",
+            "adaptive_kl": "adaptive",
+        }
+        for flat, name in flat_kl.items():
+            if flat in values:
+                kl_values[name] = values.pop(flat)
+        known = {f.name for f in dataclasses.fields(cls)} - {"kl"}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown learner config keys {unknown}; valid keys: {sorted(known | {'kl', *flat_kl})}")
+        return cls(kl=KLConfig(**kl_values), **values)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
