@@ -1,0 +1,67 @@
+"""Load a model directory (or any spec ``resolve_model`` accepts) as a torch module and tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pettingllms.core.errors import ConfigError
+from pettingllms.models.attention import register_attention
+from pettingllms.models.lora import LoraSpec, attach_adapters
+from pettingllms.models.resolve import resolve_model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'float32' | 'bfloat16' (or the torch dtype itself) -> torch dtype; anything else is a ConfigError."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ConfigError(f"unsupported dtype {dtype!r}; use one of {sorted(DTYPES)}")
+
+
+def load_model(
+    path: Path | str,
+    dtype: str | torch.dtype = "float32",
+    lora: LoraSpec | None = None,
+    adapter_names: Sequence[str] = (),
+) -> nn.Module:
+    """Load a causal LM from a directory, hub id or alias, with grouped-query SDPA attention.
+
+    The attention implementation is ``pettingllms_sdpa`` (see ``pettingllms.models.attention``): the
+    same maths as transformers' "sdpa" without copying K/V per query group under a padding mask.
+
+    With ``lora``, returns a ``peft.PeftModel`` with one fresh adapter per name in ``adapter_names``
+    (base weights frozen, adapters trainable; see ``pettingllms.models.lora``). Without it, a plain
+    transformers model with every weight trainable. ``from_pretrained`` returns the module in eval mode;
+    the learner switches it to train mode, the engine restores whatever mode it found.
+    """
+    torch_dtype = parse_dtype(dtype)
+    names = tuple(adapter_names)
+    if lora is None and names:
+        raise ConfigError(f"adapter_names {list(names)} given without a LoRA spec")
+    if lora is not None and not names:
+        raise ConfigError("a LoRA spec needs at least one adapter name (one per agent, or one shared)")
+    directory = resolve_model(path)
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, dtype=torch_dtype, attn_implementation=register_attention()
+    )
+    if lora is not None:
+        model = attach_adapters(model, names, lora)
+    return model
+
+
+def load_tokenizer(path: Path | str):
+    """The model's tokenizer, left padding, with a chat template (ConfigError if it has none)."""
+    directory = resolve_model(path)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    if not tokenizer.chat_template:
+        raise ConfigError(f"the tokenizer in {directory} has no chat template; chat agents need one")
+    tokenizer.padding_side = "left"
+    return tokenizer

@@ -1,0 +1,508 @@
+"""``HFEngine``: the CPU-default rollout engine, a KV-cache decode loop over a transformers causal LM.
+
+Why our own loop rather than ``model.generate``:
+- per-row sampling settings (temperature, top-k, top-p, max_tokens) inside one batch;
+- exact token ids and their log-probabilities recorded as they are sampled;
+- finished rows leave the batch (their KV cache rows are dropped, and left padding no other row needs
+  is trimmed), so a batch stops paying for completions that already ended;
+- a request's ``n`` samples share one prompt prefill: its KV cache is computed once and repeated n times;
+- the KV cache is preallocated per batch (``PreallocatedLayer``): a step writes one position instead of
+  re-concatenating the whole cache as transformers' DynamicCache does.
+Models from ``pettingllms.models.load_model`` also use grouped-query SDPA attention
+(``pettingllms.models.attention``), which avoids copying K/V per query head at every step.
+
+Log-probability convention (the learner computes the same quantity):
+    logprob[t] = log_softmax(logits[t].float())[token[t]]
+i.e. the model's raw logits in float32, temperature 1, no top-k/top-p filtering, whatever temperature or
+filter the token was sampled with. Every response token has one, including the final eos token (it is
+part of ``token_ids`` so the policy learns to stop).
+
+Sampling, per row: temperature 0 is greedy (argmax of the raw logits); otherwise logits / temperature,
+then top-k (0 = off), then top-p over the top-k-renormalised distribution (1.0 = off), then one draw
+(inverse CDF, one uniform per row) from the engine's own ``torch.Generator``; ``get_rng_state`` /
+``set_rng_state`` make a resumed run sample exactly as the original. Nothing falls back to library
+defaults. Prompts of the context window's length or longer fail; max_tokens is clipped so that prompt +
+response fit the window.
+
+Requests are grouped by LoRA adapter (``use_adapter``; None = base weights), each group is cut into
+batches under a token budget (rows x (longest prompt + largest max_tokens) <= max_batch_tokens) and a row
+cap, and results come back in request order. A batch that raises is retried request by request; a request
+that still fails (or has an invalid prompt) gets ``finish_reason="error"`` completions with no tokens, and
+the exception is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+import torch.nn as nn
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from pettingllms.core.errors import ConfigError
+from pettingllms.core.types import (
+    FINISH_ERROR,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+)
+from pettingllms.models.lora import adapter_names, use_adapter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A slice of one request's samples that runs in one batch: ``rows`` samples of request ``index``."""
+
+    index: int
+    request: GenerationRequest
+    rows: int
+    max_new: int  # max_tokens, clipped to the model's context window
+
+
+class HFEngine:
+    """RolloutEngine over a transformers causal LM (optionally a peft model with one adapter per agent).
+
+    model: the learner's own module (no copy: a weight update is visible to the next ``generate``).
+    codec: supplies ``eos_token_ids``, ``pad_token_id`` and ``decode``.
+    seed: seeds the engine's private ``torch.Generator`` (the global RNG is never used).
+    max_batch_tokens: bound on rows x (longest prompt + largest max_tokens) in one batch; bounds KV memory.
+    max_batch_rows: bound on the number of sequences decoded together.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        codec,
+        *,
+        seed: int = 0,
+        max_batch_tokens: int = 32768,
+        max_batch_rows: int = 64,
+    ) -> None:
+        if max_batch_tokens < 1 or max_batch_rows < 1:
+            raise ConfigError(
+                f"max_batch_tokens and max_batch_rows must be >= 1, got {max_batch_tokens} and {max_batch_rows}"
+            )
+        self.model = model
+        self.codec = codec
+        self.max_batch_tokens = int(max_batch_tokens)
+        self.max_batch_rows = int(max_batch_rows)
+        self.eos_ids = torch.tensor(sorted(codec.eos_token_ids), dtype=torch.long)
+        self.pad_id = int(codec.pad_token_id)
+        config = model.config
+        self.vocab_size = int(model.get_input_embeddings().num_embeddings)
+        self.context_window = int(getattr(config, "max_position_embeddings", 0) or 0) or None
+        self.generator = torch.Generator(device="cpu")
+        self.generator.manual_seed(seed)
+
+    # ---- RNG state, for exact resumption ----
+
+    def get_rng_state(self) -> torch.Tensor:
+        return self.generator.get_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        self.generator.set_state(state)
+
+    # ---- the RolloutEngine protocol ----
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Completions for every request, in request order (``n`` completions each)."""
+        requests = list(requests)
+        self._check_adapters(requests)
+        completions: list[list[Completion]] = [[] for _ in requests]
+        by_adapter: dict[str | None, list[_Unit]] = defaultdict(list)
+        for index, request in enumerate(requests):
+            problem = self._prompt_problem(request)
+            if problem:
+                logger.error("request %s not generated: %s", request.request_id, problem)
+                completions[index] = _failed(request.n)
+                continue
+            by_adapter[request.adapter].extend(self._units(index, request))
+        with self._generation_mode():
+            for adapter, units in by_adapter.items():
+                with use_adapter(self.model, adapter):
+                    for batch in self._plan_batches(units):
+                        for unit, done in zip(batch, self._run_batch_safely(batch)):
+                            completions[unit.index].extend(done)
+        return [GenerationResult(r.request_id, tuple(c)) for r, c in zip(requests, completions)]
+
+    # ---- planning ----
+
+    def _check_adapters(self, requests: list[GenerationRequest]) -> None:
+        """An unknown adapter is a configuration bug: fail loudly rather than mask every sample."""
+        known = set(adapter_names(self.model))
+        wanted = {r.adapter for r in requests if r.adapter is not None}
+        unknown = sorted(wanted - known)
+        if unknown:
+            raise ConfigError(f"requests name LoRA adapters {unknown} that the model lacks (it has {sorted(known)})")
+
+    def _prompt_problem(self, request: GenerationRequest) -> str | None:
+        ids = request.prompt_ids
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
+            return f"prompt has token ids outside [0, {self.vocab_size})"
+        if self.context_window is not None and len(ids) >= self.context_window:
+            return f"prompt of {len(ids)} tokens fills the model's context window ({self.context_window})"
+        return None
+
+    def _units(self, index: int, request: GenerationRequest) -> list[_Unit]:
+        """Split a request's n samples into slices that each fit the token budget (at least one row)."""
+        max_new = request.sampling.max_tokens
+        if self.context_window is not None:
+            max_new = min(max_new, self.context_window - len(request.prompt_ids))
+        per_row = len(request.prompt_ids) + max_new
+        cap = max(1, min(self.max_batch_rows, self.max_batch_tokens // per_row))
+        sizes = [cap] * (request.n // cap) + ([request.n % cap] if request.n % cap else [])
+        return [_Unit(index, request, rows, max_new) for rows in sizes]
+
+    def _plan_batches(self, units: list[_Unit]) -> list[list[_Unit]]:
+        """Greedy packing in prompt-length order (less padding) under the row and token budgets."""
+        batches: list[list[_Unit]] = []
+        current: list[_Unit] = []
+        for unit in sorted(units, key=lambda u: len(u.request.prompt_ids)):
+            candidate = current + [unit]
+            if current and not self._fits(candidate):
+                batches.append(current)
+                candidate = [unit]
+            current = candidate
+        if current:
+            batches.append(current)
+        return batches
+
+    def _fits(self, units: list[_Unit]) -> bool:
+        rows = sum(u.rows for u in units)
+        longest = max(len(u.request.prompt_ids) for u in units) + max(u.max_new for u in units)
+        return rows <= self.max_batch_rows and rows * longest <= self.max_batch_tokens
+
+    # ---- running ----
+
+    @contextmanager
+    def _generation_mode(self) -> Iterator[None]:
+        """eval() + inference_mode for the call; every submodule's train/eval flag restored afterwards."""
+        modes = [(module, module.training) for module in self.model.modules()]
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                yield
+        finally:
+            for module, training in modes:
+                module.training = training
+
+    def _run_batch_safely(self, batch: list[_Unit]) -> list[list[Completion]]:
+        try:
+            return self._run_batch(batch)
+        except Exception:
+            ids = [u.request.request_id for u in batch]
+            if len(batch) == 1:
+                logger.exception("generation failed for request %s; its samples are marked failed", ids[0])
+                return [_failed(batch[0].rows)]
+            logger.exception("generation failed for a batch of requests %s; retrying them one by one", ids)
+            return [self._run_batch_safely([unit])[0] for unit in batch]
+
+    def _run_batch(self, batch: list[_Unit]) -> list[list[Completion]]:
+        """Prefill each unit's prompt once, repeat it per sample, decode all rows until each one ends."""
+        prompts, prompt_mask, positions = left_pad([u.request.prompt_ids for u in batch], self.pad_id)
+        capacity = prompts.shape[1] + max(u.max_new for u in batch)
+        cache = new_kv_cache(self.model.config, capacity)
+        logits = self._forward(prompts, prompt_mask, positions, cache)  # [R, V]
+
+        row_unit = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor([u.rows for u in batch]))
+        mask = keep_rows(cache, prompt_mask, row_unit)
+        logits, next_position = logits[row_unit], positions[row_unit, -1] + 1
+        params = _row_params(batch, row_unit)
+        tokens, logprobs, lengths, stopped = self._decode(logits, mask, next_position, cache, params)
+        return self._completions(batch, row_unit, tokens, logprobs, lengths, stopped)
+
+    def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
+        """One model call; returns float32 logits of the last position, [rows, vocab]."""
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :].float()
+
+    def _decode(self, logits, mask, next_position, cache, params):
+        """The decode loop. Rows leave the batch (and the KV cache) as soon as they finish.
+
+        logits: [B, V] for the first response token; mask: [B, T] attention mask of the cache;
+        next_position: [B] position id of the next token. Returns tokens [B, M], logprobs [B, M],
+        lengths [B] and stopped [B] (True = ended with eos), indexed by original row.
+        """
+        rows = logits.shape[0]
+        max_new = int(params["max_tokens"].max())
+        tokens = torch.full((rows, max_new), self.pad_id, dtype=torch.long)
+        logprobs = torch.zeros((rows, max_new), dtype=torch.float32)
+        lengths = torch.zeros(rows, dtype=torch.long)
+        stopped = torch.zeros(rows, dtype=torch.bool)
+        active = torch.arange(rows)  # original row index of each row still in the batch
+        for step in range(max_new):
+            sampled = sample_tokens(
+                logits, params["temperature"][active], params["top_k"][active], params["top_p"][active], self.generator
+            )
+            tokens[active, step] = sampled
+            logprobs[active, step] = token_logprobs(logits, sampled)
+            ended_eos = torch.isin(sampled, self.eos_ids)
+            finished = ended_eos | (params["max_tokens"][active] <= step + 1)
+            if bool(finished.any()):
+                lengths[active[finished]] = step + 1
+                stopped[active[finished]] = ended_eos[finished]
+                keep = (~finished).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                active, sampled, next_position = active[keep], sampled[keep], next_position[keep]
+                mask = keep_rows(cache, mask, keep)
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            logits = self._forward(sampled[:, None], mask, next_position[:, None], cache)
+            next_position = next_position + 1
+        return tokens, logprobs, lengths, stopped
+
+    def _completions(self, batch, row_unit, tokens, logprobs, lengths, stopped) -> list[list[Completion]]:
+        done: list[list[Completion]] = [[] for _ in batch]
+        for row, unit in enumerate(row_unit.tolist()):
+            length = int(lengths[row])
+            ids = tuple(tokens[row, :length].tolist())
+            done[unit].append(
+                Completion(
+                    token_ids=ids,
+                    logprobs=tuple(logprobs[row, :length].tolist()),
+                    text=self.codec.decode(ids),
+                    finish_reason=FINISH_STOP if bool(stopped[row]) else FINISH_LENGTH,
+                )
+            )
+        return done
+
+
+# ---- pure tensor helpers ----
+
+
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-pad prompts to one length.
+
+    Returns input_ids [R, L] (long), attention_mask [R, L] (long, 0 on padding) and position_ids [R, L]
+    (0 at each prompt's first real token; padding positions hold 0 and are masked anyway).
+    """
+    longest = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), longest), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), longest), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        input_ids[row, longest - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[row, longest - len(prompt) :] = 1
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    return input_ids, attention_mask, position_ids
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One full-attention layer's KV cache in buffers [B, Hkv, capacity, D] that a step writes into.
+
+    transformers' DynamicLayer concatenates the whole cache with each new token (a full copy per step);
+    here a step writes one column. ``keys``/``values`` are views of the filled part, as transformers
+    expects. ``compact`` drops rows and leading columns in one copy.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        rows, heads, _, _ = key_states.shape
+        self._key_buffer = key_states.new_empty((rows, heads, self.capacity, key_states.shape[-1]))
+        self._value_buffer = value_states.new_empty((rows, heads, self.capacity, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append key/value states [B, Hkv, new, D]; return all cached keys, values [B, Hkv, T, D]."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:  # more than planned: grow (never happens in the engine)
+            self._reallocate(torch.arange(self._key_buffer.shape[0]), lead=0, capacity=2 * end)
+        self._key_buffer[:, :, self.length : end] = key_states
+        self._value_buffer[:, :, self.length : end] = value_states
+        self.length = end
+        self._refresh_views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.compact(indices, lead=0)
+
+    def compact(self, rows: torch.Tensor, lead: int) -> None:
+        """Keep only ``rows`` (indices into the batch) and drop the first ``lead`` positions."""
+        if self.is_initialized:
+            self._reallocate(rows, lead=lead, capacity=self._key_buffer.shape[-2] - lead)
+
+    def _reallocate(self, rows: torch.Tensor, *, lead: int, capacity: int) -> None:
+        filled = self.length - lead
+        for name in ("_key_buffer", "_value_buffer"):
+            old = getattr(self, name)
+            new = old.new_empty((rows.numel(), old.shape[1], capacity, old.shape[-1]))
+            new[:, :, :filled] = old[rows, :, lead : self.length]
+            setattr(self, name, new)
+        self.length = filled
+        self._refresh_views()
+
+    def _refresh_views(self) -> None:
+        self.keys = self._key_buffer[:, :, : self.length]
+        self.values = self._value_buffer[:, :, : self.length]
+
+
+def new_kv_cache(config, capacity: int) -> DynamicCache:
+    """A DynamicCache whose full-attention layers are PreallocatedLayer(capacity); other layer kinds
+    (sliding windows) keep transformers' own classes."""
+    cache = DynamicCache(config=config)
+    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def keep_rows(cache: DynamicCache, mask: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Keep ``rows`` of the batch in the cache and the attention mask; also drop leading columns that
+    are padding for every kept row, when every layer supports it (PreallocatedLayer).
+
+    mask [B, T] matches the cache's T positions; rows [B'] indices. Returns the new mask [B', T - lead].
+    Position ids are passed explicitly, so dropping all-padding columns changes nothing but the work.
+    """
+    mask = mask[rows]
+    lead = int((mask == 0).all(dim=0).long().cumprod(dim=0).sum())
+    if lead and cache.layers and all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
+        for layer in cache.layers:
+            layer.compact(rows, lead)
+        return mask[:, lead:]
+    cache.batch_select_indices(rows)
+    return mask
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log_softmax(logits)[token] per row. logits [B, V] float32 (raw, temperature 1); tokens [B] -> [B]."""
+    return torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """One token per row with that row's settings.
+
+    logits [B, V] float32; temperature [B] (0 = greedy); top_k [B] long (0 = off); top_p [B] (1 = off).
+    Returns tokens [B] long. Only rows with temperature > 0 consume random numbers (one uniform each).
+    """
+    tokens = logits.argmax(dim=-1)
+    rows = (temperature > 0).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return tokens
+    probs = sampling_probs(logits[rows] / temperature[rows, None], top_k[rows], top_p[rows])
+    tokens[rows] = draw(probs, generator)
+    return tokens
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One index per row of probs [B, V] (rows sum to ~1), by inverse CDF with one uniform per row.
+
+    ~30x cheaper than torch.multinomial at V = 49152 on CPU. Zero-probability entries are never drawn:
+    the CDF is flat over them; only the rounding case u ~ total can run off the end, and such a row
+    takes its last positive entry.
+    """
+    cdf = probs.cumsum(dim=-1)
+    uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype)
+    picked = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1).clamp(max=probs.shape[1] - 1)
+    off_the_end = probs.gather(1, picked[:, None]).squeeze(1) == 0
+    if bool(off_the_end.any()):
+        rows = off_the_end.nonzero().squeeze(1)
+        last_positive = probs.shape[1] - 1 - (probs[rows] > 0).flip(dims=(1,)).to(torch.uint8).argmax(dim=-1)
+        picked[rows] = last_positive
+    return picked
+
+
+# Top-p without top-k first looks for the nucleus among this many most likely tokens (a partial top-k is
+# far cheaper than sorting a 49152-wide row); only rows whose nucleus is wider pay for a full sort.
+_NUCLEUS_CANDIDATES = 1024
+
+
+def sampling_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """The distribution each row samples from: softmax of temperature-scaled logits, top-k then top-p.
+
+    scaled [B, V]; top_k [B] (0 = off); top_p [B] (1.0 = off). Returns probs [B, V], zero outside each
+    row's kept set and renormalised. Top-k keeps the k most likely tokens; top-p then keeps the smallest
+    set of most likely tokens whose probability (within the top-k set) reaches p; the most likely token
+    always stays. Rows with both filters off cost one softmax.
+    """
+    probs = torch.softmax(scaled, dim=-1)
+    filtered = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
+    if filtered.numel() == 0:
+        return probs
+    probs[filtered] = _filtered_probs(scaled[filtered], top_k[filtered], top_p[filtered])
+    return probs
+
+
+def _filtered_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """sampling_probs for rows that use at least one filter. scaled [F, V] -> probs [F, V]."""
+    vocab = scaled.shape[1]
+    uses_k = top_k > 0
+    k = torch.where(uses_k, top_k.clamp(max=vocab), vocab)
+    p_only = ~uses_k & (top_p < 1.0)
+    width = int(k[uses_k].max()) if bool(uses_k.any()) else 0
+    if bool(p_only.any()):
+        width = max(width, min(vocab, _NUCLEUS_CANDIDATES))
+    kept = _kept_probs(scaled, k, top_p, width)
+    if kept is None:  # some row's nucleus is wider than the candidates: sort whole rows
+        kept = _kept_probs(scaled, k, top_p, vocab)
+    values, order = kept
+    return torch.zeros_like(scaled).scatter(1, order, values)
+
+
+def _kept_probs(scaled, k, top_p, width):
+    """Probabilities of the ``width`` most likely tokens after top-k and top-p, with their token ids.
+
+    Returns (probs [F, width], token ids [F, width]), or None when a row without top-k has less than
+    top_p of its probability among the candidates (its nucleus may reach beyond them).
+    """
+    if width < scaled.shape[1]:
+        logits, order = scaled.topk(width, dim=-1, sorted=True)
+    else:
+        logits, order = scaled.sort(dim=-1, descending=True)
+    rank = torch.arange(width)
+    logits = logits.masked_fill(rank >= k[:, None], float("-inf"))
+    # Normaliser: over the top-k set for rows with top-k, over the whole vocabulary for the others.
+    truncated = k < scaled.shape[1]
+    normaliser = torch.where(truncated, logits.logsumexp(dim=-1), scaled.logsumexp(dim=-1))
+    probs = (logits - normaliser[:, None]).exp()
+    mass_before = probs.cumsum(dim=-1) - probs
+    if width < scaled.shape[1] and bool(((mass_before[:, -1] + probs[:, -1] < top_p) & ~truncated).any()):
+        return None
+    drop = (mass_before >= top_p[:, None]) & (top_p < 1.0)[:, None]
+    drop[:, 0] = False
+    probs = probs.masked_fill(drop, 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True), order
+
+
+def _row_params(batch: list[_Unit], row_unit: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row sampling settings, [B] each, from the units' requests."""
+    settings = [u.request.sampling for u in batch]
+    per_unit = {
+        "temperature": torch.tensor([s.temperature for s in settings], dtype=torch.float32),
+        "top_k": torch.tensor([s.top_k for s in settings], dtype=torch.long),
+        "top_p": torch.tensor([s.top_p for s in settings], dtype=torch.float32),
+        "max_tokens": torch.tensor([u.max_new for u in batch], dtype=torch.long),
+    }
+    return {name: values[row_unit] for name, values in per_unit.items()}
+
+
+def _failed(n: int) -> list[Completion]:
+    return [Completion(token_ids=(), logprobs=(), text="", finish_reason=FINISH_ERROR) for _ in range(n)]
