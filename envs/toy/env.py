@@ -80,6 +80,9 @@ class TargetsEnv(Env):
     def success(self, state: TargetsState) -> bool:
         return all(target_score(state.answer(a), t) >= self.threshold for a, t in state.targets)
 
+    def procedural_problems(self, split: str, count: int) -> list[Problem]:
+        return [Problem(f"toy-{split}-{i}", {"prompt": f"Task {i}: write a short line."}) for i in range(count)]
+
     @classmethod
     def example_problems(cls, n: int = 2) -> Sequence[Problem]:
         return [Problem(f"toy-{i}", {"prompt": f"Task {i}: write a short line."}) for i in range(n)]

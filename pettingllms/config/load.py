@@ -21,6 +21,7 @@ def compose(config_name: str = "train", overrides: Sequence[str] = (), config_di
     from hydra.errors import HydraException
 
     register_schema()
+    overrides = [_open_dict_override(o) for o in overrides]
     directory = Path(config_dir or CONFIG_DIR).resolve()
     if not directory.is_dir():
         raise ConfigError(f"config directory {directory} does not exist")
@@ -29,6 +30,20 @@ def compose(config_name: str = "train", overrides: Sequence[str] = (), config_di
             return hydra_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"invalid config {config_name!r} with overrides {list(overrides)}: {exc}") from exc
+
+
+OPEN_SECTIONS = ("base_models.", "agents.")
+
+
+def _open_dict_override(override: str) -> str:
+    """``base_models.*`` and ``agents.*`` entries may be added without Hydra's ``+``.
+
+    These sections are dicts of user-named entries; each entry is still checked field by field against its
+    dataclass in ``to_schema``, so a typo in a field name fails at start-up all the same.
+    """
+    if override.startswith(OPEN_SECTIONS) and "=" in override:
+        return "++" + override
+    return override
 
 
 def to_schema(cfg: DictConfig) -> Config:

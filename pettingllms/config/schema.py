@@ -123,6 +123,7 @@ class TrainingConfig:
     val_before_train: bool = True
     save_freq: int = 0  # checkpoint every N steps (0: only at the end)
     resume: str = "auto"  # auto | none | <path to a checkpoint dir>
+    stop_after_steps: int = 0  # stop this process after N more steps (job time limits); resume continues
     seed: int = 0
     logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
     log_dir: str = "logs"

@@ -79,6 +79,15 @@ class Env(ABC):
     def success(self, state: Any) -> bool:
         """Whether the task is solved in ``state`` (the headline validation metric)."""
 
+    def procedural_problems(self, split: str, count: int) -> Sequence[Problem]:
+        """``count`` generated problems of ``split`` ("train" or "test"; the seed spaces must be disjoint).
+
+        Only for envs that generate their tasks; the others read ``env.dataset`` files.
+        """
+        from pettingllms.core.errors import DataError
+
+        raise DataError(f"{type(self).__name__} generates no problems itself: set env.dataset (and env.benchmark)")
+
     @classmethod
     def example_problems(cls, n: int = 2) -> Sequence[Problem]:
         """A few problems for the conformance checker and smoke tests. Override in every env."""

@@ -1,0 +1,1 @@
+"""Runtime: policy workers (one engine + one learner per policy) hosted in-process or as Ray actors."""

@@ -1,0 +1,110 @@
+"""A policy worker: one model shared by one rollout engine and one learner, in one process.
+
+The engine and the learner hold the *same* module object, so a weight sync after an update costs nothing on
+the CPU/HF stack. Each worker owns an explicit torch thread budget: on a small CPU machine two workers with
+the default thread count slow each other down several-fold (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
+from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.models import HFChatCodec, LoraSpec, load_model, resolve_model, use_adapter
+
+STATE_FILE = "worker_state.pt"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    policy: str
+    model_path: str
+    learner: LearnerConfig
+    dtype: str = "float32"
+    lora: LoraSpec | None = None
+    adapters: tuple[str, ...] = ()  # L2: one per agent
+    frozen: tuple[str, ...] = ()  # agents whose samples never train this policy
+    trainable: bool = True
+    seed: int = 0
+    num_threads: int = 0  # 0: leave torch's default
+    engine: str = "hf"
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+
+class PolicyWorker:
+    def __init__(self, spec: WorkerSpec) -> None:
+        if spec.num_threads > 0:
+            torch.set_num_threads(spec.num_threads)
+        torch.manual_seed(spec.seed)
+        self.spec = spec
+        path = resolve_model(spec.model_path)
+        lora_names = spec.adapters if spec.lora is not None else ()
+        self.model = load_model(path, spec.dtype, spec.lora, lora_names)
+        self.codec = HFChatCodec.from_pretrained(path)
+        self.engine = _make_engine(spec, self.model, self.codec)
+        self.learner = None
+        if spec.trainable:
+            self.learner = PolicyLearner(
+                self.model,
+                spec.learner,
+                adapter_names=lora_names,
+                adapter_context=use_adapter,
+                frozen=spec.frozen,
+                policy=spec.policy,
+                pad_token_id=self.codec.pad_token_id,
+            )
+
+    def ready(self) -> str:
+        return self.spec.policy
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        return self.engine.generate(list(requests))
+
+    def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
+        if self.learner is None:
+            return {}
+        start = time.perf_counter()
+        metrics = dict(self.learner.update(samples, advantages))
+        metrics["timing/update_s"] = time.perf_counter() - start
+        # Weight sync: the engine generates with the module the learner just updated; nothing to copy.
+        metrics["timing/sync_s"] = 0.0
+        return metrics
+
+    def save(self, directory: str) -> None:
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {
+            "learner": self.learner.state_dict() if self.learner else None,
+            "engine_rng": self.engine.get_rng_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        torch.save(state, folder / STATE_FILE)
+
+    def load(self, directory: str) -> None:
+        path = Path(directory) / STATE_FILE
+        if not path.is_file():
+            raise ConfigError(f"checkpoint for policy {self.spec.policy!r} not found at {path}")
+        state = torch.load(path, weights_only=False)
+        if self.learner is not None and state["learner"] is not None:
+            self.learner.load_state_dict(state["learner"])
+        self.engine.set_rng_state(state["engine_rng"])
+        torch.set_rng_state(state["torch_rng"])
+
+    def export_hf(self, directory: str) -> list[str]:
+        if self.learner is None:
+            return []
+        return [str(p) for p in self.learner.export_hf(directory)]
+
+
+def _make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):
+    if spec.engine == "hf":
+        from pettingllms.rollout.hf_engine import HFEngine
+
+        return HFEngine(model, codec, seed=spec.seed, **spec.engine_options)
+    raise ConfigError(f"engine {spec.engine!r} is not available in this worker; use 'hf' (or the vLLM worker)")

@@ -1,0 +1,58 @@
+"""Metrics from a step's samples and episodes. Pure functions; keys are namespaced ``<policy>/<agent>/...``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from statistics import fmean
+from typing import Iterable, Mapping, Sequence
+
+from pettingllms.core import EpisodeRecord, Sample
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return fmean(values) if values else 0.0
+
+
+def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
+    """Reward, length and failure statistics per policy/agent and per policy/agent/turn."""
+    by_agent: dict[tuple[str, str], list[Sample]] = defaultdict(list)
+    by_turn: dict[tuple[str, str, int], list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_agent[(s.policy, s.agent)].append(s)
+        by_turn[(s.policy, s.agent, s.turn)].append(s)
+    out: dict[str, float] = {}
+    for (policy, agent), rows in sorted(by_agent.items()):
+        key = f"{policy}/{agent}"
+        ok = [s for s in rows if not s.failed]
+        out[f"{key}/reward_mean"] = _mean(s.reward for s in ok)
+        out[f"{key}/team_reward_mean"] = _mean(s.team_reward for s in ok)
+        out[f"{key}/local_reward_mean"] = _mean(s.local_reward for s in ok)
+        out[f"{key}/response_length_mean"] = _mean(len(s.response_ids) for s in rows)
+        out[f"{key}/prompt_length_mean"] = _mean(len(s.prompt_ids) for s in rows)
+        out[f"{key}/response_clip_ratio"] = _mean(float(s.truncated) for s in rows)
+        out[f"{key}/failed_ratio"] = _mean(float(s.failed) for s in rows)
+        out[f"{key}/samples"] = float(len(rows))
+    for (policy, agent, turn), rows in sorted(by_turn.items()):
+        out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if not s.failed)
+    return out
+
+
+def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") -> dict[str, float]:
+    if not episodes:
+        return {}
+    out = {
+        f"{prefix}/success_rate": _mean(float(e.success) for e in episodes),
+        f"{prefix}/turns_mean": _mean(e.turns for e in episodes),
+        f"{prefix}/team_reward_mean": _mean(e.team_reward for e in episodes),
+        f"{prefix}/terminated_ratio": _mean(float(e.terminated) for e in episodes),
+        f"{prefix}/error_ratio": _mean(float(e.error is not None) for e in episodes),
+    }
+    agents = sorted({a for e in episodes for a in e.agent_rewards})
+    for agent in agents:
+        out[f"{prefix}/{agent}/reward_sum_mean"] = _mean(e.agent_rewards.get(agent, 0.0) for e in episodes)
+    return out
+
+
+def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}

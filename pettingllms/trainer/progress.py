@@ -1,0 +1,31 @@
+"""A progress bar over training steps that also prints one line per step (readable in CI logs)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from tqdm import tqdm
+
+HEADLINE = ("episode/success_rate", "episode/team_reward_mean", "timing/step_s")
+
+
+class StepProgress:
+    def __init__(self, total: int, done: int) -> None:
+        self.bar = tqdm(total=total, initial=done, desc="train", unit="step", dynamic_ncols=True)
+
+    def __enter__(self) -> "StepProgress":
+        return self
+
+    def advance(self, step: int, metrics: Mapping[str, float]) -> None:
+        rewards = [v for k, v in metrics.items() if k.endswith("/reward_mean") and "/turn_" not in k
+                   and not k.startswith("val/")]
+        reward = sum(rewards) / len(rewards) if rewards else float("nan")
+        parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
+        parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
+        val = [f"{k} {v:.3f}" for k, v in metrics.items() if k.startswith("val/") and k.endswith("success_rate")]
+        tqdm.write(" | ".join(parts + val))
+        self.bar.set_postfix(reward=f"{reward:.3f}")
+        self.bar.update(1)
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()

@@ -1,0 +1,161 @@
+"""Build every part of a run from the typed config, and check inputs before any compute starts."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from pettingllms.algo.grpo import AdvantageConfig
+from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
+from pettingllms.config.schema import Config
+from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
+from pettingllms.core.env import make_agents
+from pettingllms.core.registry import get_env_class
+from pettingllms.learner import KLConfig, LearnerConfig
+from pettingllms.models import LoraSpec
+from pettingllms.rollout.executor import AgentSpec
+from pettingllms.rollout.executor import RolloutConfig as ExecutorConfig
+from pettingllms.rollout.policy_client import PolicyClient
+from pettingllms.runtime.worker import WorkerSpec
+
+PREFLIGHT_PROBLEMS = 64  # training problems whose first prompts are checked against max_prompt_length
+
+
+@dataclass
+class RunPlan:
+    env: Env
+    policies: dict[str, PolicyPlan]
+    agents: dict[str, AgentPlan]
+    agent_specs: dict[str, AgentSpec]
+    executor_config: ExecutorConfig
+    advantage_config: AdvantageConfig
+    worker_specs: list[WorkerSpec]
+
+
+def build_env(cfg: Config) -> Env:
+    for module in cfg.env.imports:
+        importlib.import_module(module)  # lets a user's module register its envs before lookup
+    env_cls = get_env_class(cfg.env.name)
+    try:
+        return env_cls(max_turns=cfg.env.max_turns, **dict(cfg.env.options))
+    except TypeError as exc:
+        raise ConfigError(f"env {cfg.env.name!r} rejected env.options {dict(cfg.env.options)}: {exc}") from exc
+
+
+def plan(cfg: Config) -> RunPlan:
+    env = build_env(cfg)
+    policies, agents = plan_run(cfg, env.graph.agents)
+    if cfg.env.agents is not None:
+        env.graph = env.graph.restricted_to(list(agents))
+    behaviours = make_agents(
+        env,
+        classes={r: a.cls for r, a in agents.items() if a.cls},
+        options={r: a.options for r, a in agents.items()},
+    )
+    agent_specs = {
+        role: AgentSpec(behaviours[role], a.policy, a.train_sampling, a.val_sampling,
+                        _adapter_of(a, policies[a.policy]), a.trainable)
+        for role, a in agents.items()
+    }
+    executor_config = ExecutorConfig(
+        mode=cfg.rollout.mode,
+        branching=cfg.rollout.branching,
+        select=cfg.rollout.select,
+        alpha=cfg.reward.alpha,
+        max_prompt_length=cfg.training.max_prompt_length,
+        max_response_length=cfg.training.max_response_length,
+    )
+    advantage_config = AdvantageConfig(
+        norm_by_std=cfg.algorithm.norm_adv_by_std,
+        filter=cfg.algorithm.filter,
+        filter_ratio=cfg.algorithm.filter_ratio,
+    )
+    if advantage_config.filter not in ("none", "dapo", "std", "mean"):
+        raise ConfigError(f"algorithm.filter must be none|dapo|std|mean, got {advantage_config.filter!r}")
+    worker_specs = [_worker_spec(cfg, p, len(policies)) for p in policies.values()]
+    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs)
+
+
+SHARED_ADAPTER = "shared"
+
+
+def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
+    """L2: the agent's own adapter. LoRA under L1/L3: the policy's one shared adapter. Otherwise none."""
+    if agent.adapter is not None:
+        return agent.adapter
+    return SHARED_ADAPTER if policy.model.lora.rank > 0 else None
+
+
+def _worker_spec(cfg: Config, policy: PolicyPlan, n_policies: int) -> WorkerSpec:
+    model = policy.model
+    lora = None
+    if model.lora.rank > 0:
+        lora = LoraSpec(model.lora.rank, model.lora.alpha, model.lora.dropout, tuple(model.lora.target_modules))
+    # L1/L3 with LoRA: one adapter shared by the policy's agents. L2: one adapter per agent.
+    adapters = policy.adapters or ((SHARED_ADAPTER,) if lora else ())
+    return WorkerSpec(
+        policy=policy.name,
+        model_path=model.path,
+        learner=_learner_config(cfg, model.dtype),
+        dtype=model.dtype,
+        lora=lora,
+        adapters=adapters,
+        frozen=policy.frozen_adapters,
+        trainable=policy.trainable,
+        seed=cfg.training.seed,
+        num_threads=model.num_threads or _thread_share(cfg, n_policies),
+        engine=model.engine,
+    )
+
+
+def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
+    a, o, kl = cfg.algorithm, cfg.optim, cfg.algorithm.kl
+    try:
+        return LearnerConfig(
+            total_steps=cfg.training.total_training_steps,
+            lr=o.lr,
+            weight_decay=o.weight_decay,
+            # A paper-sized warmup on a 2-step smoke run would be invalid: warm up over at most the whole run.
+            warmup_steps=min(o.warmup_steps, cfg.training.total_training_steps),
+            min_lr_ratio=o.min_lr_ratio,
+            grad_clip=o.grad_clip if o.grad_clip > 0 else None,
+            ppo_epochs=o.ppo_epochs,
+            ppo_mini_batch_size=o.ppo_mini_batch_size,
+            micro_batch_max_tokens=o.micro_batch_max_tokens,
+            clip_ratio_low=a.clip_ratio_low,
+            clip_ratio_high=a.clip_ratio_high,
+            clip_ratio_c=a.clip_ratio_c,
+            loss_agg_mode=a.loss_agg_mode,
+            entropy_coeff=a.entropy_coeff,
+            kl=KLConfig(coef=kl.init_kl_coeff, type=kl.kl_type, adaptive=kl.adaptive, target=kl.kl_target,
+                        horizon=kl.kl_horizon),
+            dtype=dtype,
+            gradient_checkpointing=o.gradient_checkpointing,
+        )
+    except ValueError as exc:
+        raise ConfigError(f"optimisation settings: {exc}") from exc
+
+
+def _thread_share(cfg: Config, n_policies: int) -> int:
+    """Split the CPU budget evenly between policies so their workers do not oversubscribe the cores."""
+    cores = cfg.resources.num_cpus or os.cpu_count() or 1
+    return max(1, cores // n_policies)
+
+
+def check_prompts(
+    plan_: RunPlan, clients: dict[str, PolicyClient], problems: Sequence[Problem], max_prompt_length: int, what: str
+) -> None:
+    """Fail before any compute if a first-turn prompt is already longer than the limit."""
+    for problem in problems:
+        state = plan_.env.reset(problem, 0)
+        for stage in plan_.env.graph.stages(0):
+            for role in stage:
+                spec = plan_.agent_specs[role]
+                n = len(clients[spec.policy].codec.encode_chat(spec.agent.observe(state, 0)))
+                if n > max_prompt_length:
+                    raise PromptTooLongError(
+                        f"{what} problem {problem.problem_id!r}: agent {role!r}'s first prompt has {n} tokens > "
+                        f"training.max_prompt_length={max_prompt_length}. Raise the limit or filter the data."
+                    )

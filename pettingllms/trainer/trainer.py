@@ -1,0 +1,218 @@
+"""The AT-GRPO training loop. ``Trainer.step`` reads top to bottom:
+
+rollout -> route samples to policies -> groups and advantages -> update every policy (in parallel) ->
+weight sync -> metrics; ``fit`` adds validation every ``training.val_freq`` steps and checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import OmegaConf
+
+from pettingllms.algo.grpo import score_samples
+from pettingllms.config.schema import Config
+from pettingllms.core import Sample
+from pettingllms.models import resolve_model
+from pettingllms.rollout.executor import Executor
+from pettingllms.runtime.group import PolicyGroup
+from pettingllms.trainer import checkpoint as ckpt
+from pettingllms.trainer.data import DataCursor, benchmark_problems, training_problems
+from pettingllms.trainer.metrics import episode_metrics, prefixed, sample_metrics
+from pettingllms.trainer.progress import StepProgress
+from pettingllms.trainer.run_dir import (
+    attach_file_logger,
+    detach_file_logger,
+    find_resumable_run,
+    new_run_dir,
+    truncate_summary,
+    write_validation_records,
+)
+from pettingllms.trainer.setup import RunPlan, check_prompts, plan
+from pettingllms.trainer.tracking import make_trackers
+
+log = logging.getLogger("pettingllms.trainer")
+RESUME_NEUTRAL_KEYS = ("resume", "stop_after_steps")  # may differ between a run and its resumption
+
+
+@dataclass
+class StepResult:
+    step: int
+    metrics: dict[str, float]
+
+
+class Trainer:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.plan: RunPlan = plan(cfg)  # config errors surface here, before anything is loaded
+        self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset)
+        self.benchmarks = {name: benchmark_problems(self.plan.env, cfg.env.data_root, name) for name in
+                           (cfg.env.benchmark or self._default_benchmarks())}
+        self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
+        for spec in self.plan.worker_specs:
+            resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
+        self.run_dir, resume_from = self._choose_run_dir()
+        self._log_handler = attach_file_logger(self.run_dir)
+        self.policies = PolicyGroup(self.plan.worker_specs, cfg.resources.use_ray, cfg.resources.num_cpus,
+                                    cfg.resources.ray_namespace)
+        clients = self.policies.clients()
+        self._preflight(clients)
+        self.executor = Executor(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
+        self.step_done = 0
+        if resume_from is not None:
+            self._resume(resume_from)
+        self.trackers = make_trackers(cfg.training.logger, self.run_dir, cfg.training.project_name,
+                                      cfg.training.experiment_name, OmegaConf.to_container(OmegaConf.structured(cfg)))
+
+    # ------------------------------------------------------------------------------------------- the loop
+    def fit(self) -> list[StepResult]:
+        cfg = self.cfg.training
+        results: list[StepResult] = []
+        stop_at = cfg.total_training_steps
+        if cfg.stop_after_steps > 0:
+            stop_at = min(stop_at, self.step_done + cfg.stop_after_steps)
+        try:
+            if cfg.val_before_train and self.step_done == 0 and cfg.val_freq > 0:
+                self._log(0, self.validate(0))
+            with StepProgress(cfg.total_training_steps, self.step_done) as progress:
+                for step in range(self.step_done + 1, stop_at + 1):
+                    result = self.step(step)
+                    if cfg.val_freq > 0 and (step % cfg.val_freq == 0 or step == cfg.total_training_steps):
+                        result.metrics.update(self.validate(step))
+                    self._log(step, result.metrics)
+                    progress.advance(step, result.metrics)
+                    results.append(result)
+                    self.step_done = step
+                    if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or step == stop_at:
+                        self.save_checkpoint(step)
+            if self.step_done == cfg.total_training_steps:
+                self._finish()
+        finally:
+            self.close()
+        return results
+
+    def step(self, step: int) -> StepResult:
+        start = time.perf_counter()
+        # 1. Rollout: tree-structured episodes for a batch of problems.
+        batch = self.cursor.next_batch(self.cfg.training.train_batch_size)
+        rollout = self.executor.run([p for p, _ in batch], [s for _, s in batch])
+        # 2. Route: keep trainable agents' samples and send each to the policy that owns its agent.
+        per_policy: dict[str, list[Sample]] = defaultdict(list)
+        for sample in rollout.samples:
+            if self.plan.agent_specs[sample.agent].trainable:
+                per_policy[sample.policy].append(sample)
+        # 3. Groups (problem, turn, agent) and advantages, per policy.
+        batches, metrics = {}, {}
+        for policy in self.plan.policies:
+            scored = score_samples(per_policy.get(policy, []), self.plan.advantage_config)
+            kept = [i for i, keep in enumerate(scored.in_loss) if keep]
+            batches[policy] = ([per_policy[policy][i] for i in kept], [scored.advantages[i] for i in kept])
+            metrics.update(prefixed(f"{policy}/grpo", scored.metrics))
+        # 4-5. Update every trainable policy in parallel; the engines then generate with the new weights.
+        updates = self.policies.update({p: b for p, b in batches.items() if self.plan.policies[p].trainable})
+        for policy, values in updates.items():
+            metrics.update(prefixed(f"{policy}/actor", values))
+        # 6. Metrics.
+        metrics.update(sample_metrics(rollout.samples))
+        metrics.update(episode_metrics(rollout.episodes))
+        metrics.update(prefixed("timing", rollout.timings))
+        metrics["timing/update_s"] = max((u.get("timing/update_s", 0.0) for u in updates.values()), default=0.0)
+        metrics["timing/step_s"] = time.perf_counter() - start
+        metrics["data/epoch"] = float(self.cursor.epoch)
+        return StepResult(step, metrics)
+
+    def validate(self, step: int) -> dict[str, float]:
+        """Independent episodes with each agent's validation sampling, one pass per benchmark."""
+        metrics: dict[str, float] = {}
+        for name, problems in self.benchmarks.items():
+            result = self.executor.run(problems, list(range(len(problems))), validation=True,
+                                       n=self.cfg.rollout.val_samples)
+            write_validation_records(self.run_dir, step, name, result.episodes)
+            metrics.update(episode_metrics(result.episodes, prefix=f"val/{name}"))
+            metrics.update(prefixed(f"val/{name}", sample_metrics(result.samples)))
+        return metrics
+
+    # ------------------------------------------------------------------------------------------- state
+    def save_checkpoint(self, step: int) -> Path:
+        state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash()}
+        path = ckpt.save_checkpoint(self.run_dir / "checkpoints", step, state,
+                                    lambda tmp: self.policies.save(str(tmp / "policies")))
+        log.info("checkpoint written: %s", path)
+        return path
+
+    def _resume(self, checkpoint: Path) -> None:
+        state = ckpt.read_trainer_state(checkpoint)
+        if state["config_hash"] != self._config_hash():
+            log.warning("config differs from the checkpoint's (%s); resuming anyway", checkpoint)
+        self.policies.load(str(checkpoint / "policies"))
+        self.cursor.load_state_dict(state["cursor"])
+        self.step_done = int(state["step"])
+        truncate_summary(self.run_dir, self.step_done)
+        log.info("resumed from %s at step %d", checkpoint, self.step_done)
+
+    def _choose_run_dir(self) -> tuple[Path, Path | None]:
+        t = self.cfg.training
+        if t.resume == "auto":
+            run = find_resumable_run(t.log_dir, t.experiment_name)
+            if run is not None:
+                return run, ckpt.latest_checkpoint(run / "checkpoints")
+        elif t.resume not in ("none", ""):
+            checkpoint = Path(t.resume)
+            if not (checkpoint / ckpt.STATE_FILE).is_file():
+                from pettingllms.core import ConfigError
+
+                raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
+            return checkpoint.parents[1], checkpoint
+        run = new_run_dir(t.log_dir, t.experiment_name)
+        (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
+        return run, None
+
+    def _config_hash(self) -> str:
+        values = OmegaConf.to_container(OmegaConf.structured(self.cfg))
+        for key in RESUME_NEUTRAL_KEYS:
+            values["training"].pop(key, None)
+        return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def _default_benchmarks(self) -> list[str]:
+        try:
+            self.plan.env.procedural_problems("test", 1)
+        except Exception:
+            return []
+        return ["procedural"]
+
+    def _preflight(self, clients) -> None:
+        limit = self.cfg.training.max_prompt_length
+        check_prompts(self.plan, clients, self.train_problems[:64], limit, "training")
+        for name, problems in self.benchmarks.items():
+            check_prompts(self.plan, clients, problems, limit, f"benchmark {name!r}")
+
+    def _log(self, step: int, metrics: dict[str, float]) -> None:
+        for tracker in self.trackers:
+            tracker.log(step, metrics)
+
+    def _finish(self) -> None:
+        if self.cfg.training.export_hf:
+            exported = self.policies.export_hf(str(self.run_dir / "hf"))
+            log.info("exported Hugging Face directories: %s", exported)
+        if self.cfg.training.plot:
+            from pettingllms.trainer.plots import plot_run
+
+            plot_run(self.run_dir)
+
+    def close(self) -> None:
+        for tracker in getattr(self, "trackers", []):
+            tracker.close()
+        if getattr(self, "policies", None) is not None:
+            self.policies.shutdown()
+            self.policies = None
+        if getattr(self, "_log_handler", None) is not None:
+            detach_file_logger(self._log_handler)
+            self._log_handler = None
