@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# code, L1: both agents share one policy and differ by role prompt. Settings: configs/code.yaml (docs/environments/code.md).
+# Extra arguments are Hydra overrides, e.g. a CPU smoke run:
+#   bash scripts/train/code/code_L1_prompt.sh base_models.policy_0.path=smollm2-135m-instruct training.total_training_steps=2
+set -euo pipefail
+CONFIG_NAME=code
+DEFAULTS=(
+  "training.experiment_name=code_L1_prompt"
+  "specialization=L1"
+)
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
