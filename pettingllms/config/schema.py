@@ -55,6 +55,7 @@ class EnvConfig:
     name: str = MISSING  # registry name or "module:Class"
     dataset: Optional[str] = None  # training set: data/<domain>/train/<dataset>.parquet
     benchmark: List[str] = field(default_factory=list)  # validation sets: data/<domain>/test/<name>.parquet
+    max_val_problems: int = 0  # use the first N problems of each benchmark (0 = all; procedural: 50)
     max_turns: int = 2
     agents: Optional[List[str]] = None  # a subset of the env's roles (L0: one agent); None = all
     data_root: str = "data"

@@ -45,12 +45,13 @@ def training_problems(env: Env, data_root: str, dataset: str | None) -> list[Pro
     return load_problems(dataset_path(data_root, domain, "train", dataset), domain, dataset)
 
 
-def benchmark_problems(env: Env, data_root: str, benchmark: str) -> list[Problem]:
-    """``benchmark="procedural"`` (or empty) uses the env's own test split."""
+def benchmark_problems(env: Env, data_root: str, benchmark: str, limit: int = 0) -> list[Problem]:
+    """The first ``limit`` problems (0 = all) of a benchmark; "procedural" uses the env's own test split."""
     if benchmark in ("", "procedural"):
-        return list(env.procedural_problems("test", PROCEDURAL_TEST_SIZE))
+        return list(env.procedural_problems("test", limit or PROCEDURAL_TEST_SIZE))
     domain = getattr(env, "domain", "misc")
-    return load_problems(dataset_path(data_root, domain, "test", benchmark), domain, benchmark)
+    problems = load_problems(dataset_path(data_root, domain, "test", benchmark), domain, benchmark)
+    return problems[:limit] if limit > 0 else problems
 
 
 @dataclass

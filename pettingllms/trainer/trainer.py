@@ -53,8 +53,8 @@ class Trainer:
         self.cfg = cfg
         self.plan: RunPlan = plan(cfg)  # config errors surface here, before anything is loaded
         self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset)
-        self.benchmarks = {name: benchmark_problems(self.plan.env, cfg.env.data_root, name) for name in
-                           (cfg.env.benchmark or self._default_benchmarks())}
+        self.benchmarks = {name: benchmark_problems(self.plan.env, cfg.env.data_root, name, cfg.env.max_val_problems)
+                           for name in (cfg.env.benchmark or self._default_benchmarks())}
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
         for spec in self.plan.worker_specs:
             resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
