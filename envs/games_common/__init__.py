@@ -1,0 +1,1 @@
+"""Shared pieces of the game envs (Sokoban, Sudoku, Plan-Path): the two agents, parsers, the env base."""

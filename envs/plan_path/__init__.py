@@ -1,0 +1,1 @@
+"""Plan-Path (grid path planning) with a tool agent and a plan agent."""

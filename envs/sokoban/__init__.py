@@ -1,0 +1,1 @@
+"""Sokoban with a tool agent and a plan agent."""
