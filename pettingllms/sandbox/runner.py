@@ -67,17 +67,23 @@ def validate_file_name(name: str) -> str:
     return name
 
 
+def _model_text_bytes(text: str) -> bytes:
+    """UTF-8, keeping lone surrogates (model text can hold them): the program then fails like any bad program
+    (a SyntaxError, say) instead of the sandbox raising before it runs."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def program_files(source: str | None, files: dict[str, str | bytes] | None) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for name, content in (files or {}).items():
         validate_file_name(name)
         if not isinstance(content, (str, bytes)):
             raise ConfigError(f"sandbox file {name!r} must be str or bytes, got {type(content).__name__}")
-        out[name] = content.encode() if isinstance(content, str) else content
+        out[name] = _model_text_bytes(content) if isinstance(content, str) else content
     if source is not None:
         if MAIN_FILE in out:
             raise ConfigError(f"give the program either as source or as files[{MAIN_FILE!r}], not both")
-        out[MAIN_FILE] = source.encode()
+        out[MAIN_FILE] = _model_text_bytes(source)
     if MAIN_FILE not in out:
         raise ConfigError(f"no program: pass source or files[{MAIN_FILE!r}]")
     return out
@@ -396,7 +402,7 @@ def run_in_plan(plan: LayerPlan, *, files: dict[str, bytes], stdin: str | bytes,
         _write_files(work, files)
         stdin_path = os.path.join(run_dir, "stdin")
         with open(stdin_path, "wb") as f:
-            f.write(stdin.encode() if isinstance(stdin, str) else stdin)
+            f.write(_model_text_bytes(stdin) if isinstance(stdin, str) else stdin)
         if plan.privileged:
             # The run dir stays ours (so the sweep of the uid's leftovers never touches it) but traversable;
             # the program's uid owns what is inside.

@@ -260,3 +260,10 @@ def test_strong_command_isolates_and_binds_nothing_writable(privileged):
         assert argv[i - 1] == "--tmpfs" and argv[i - 2] == size
     assert config["kill_mode"] == "namespace" and config["nproc_relative"] is (not privileged)
     assert config["env"] == layers_module.program_env(home=layers_module.SANDBOX_WORK, tmpdir="/tmp")
+
+
+def test_lone_surrogates_in_model_text_are_a_program_error_not_a_crash():
+    from pettingllms.sandbox import run_program
+
+    result = run_program("print('ok')  # \ud800")
+    assert result.verdict == "ok" and result.exit_code != 0  # the interpreter rejects the bytes itself
