@@ -10,7 +10,7 @@ FIND_LINKS ?= $(PIP_FIND_LINKS)
 UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)),--find-links $(FIND_LINKS))
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow test-vllm quickstart check-env clean-venv
+.PHONY: install test test-slow quickstart check-env clean-venv
 
 install: $(STAMP)
 
