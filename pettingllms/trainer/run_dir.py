@@ -8,7 +8,7 @@ import json
 import logging
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Sequence
 
 from pettingllms.core import EpisodeRecord
 
@@ -55,10 +55,7 @@ def truncate_summary(run_dir: Path, last_step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-def write_validation_records(
-    run_dir: Path, step: int, benchmark: str, episodes: Sequence[EpisodeRecord], tokens: Iterable[Any] = ()
-) -> Path:
-    del tokens
+def write_validation_records(run_dir: Path, step: int, benchmark: str, episodes: Sequence[EpisodeRecord]) -> Path:
     folder = run_dir / "validate" / f"step_{step:06d}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{benchmark}.jsonl"

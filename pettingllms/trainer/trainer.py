@@ -13,13 +13,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
 
 from omegaconf import OmegaConf
 
 from pettingllms.algo.grpo import score_samples
 from pettingllms.config.schema import Config
-from pettingllms.core import Sample
+from pettingllms.core import ConfigError, Sample
 from pettingllms.models import resolve_model
 from pettingllms.rollout.executor import Executor
 from pettingllms.runtime.group import PolicyGroup
@@ -35,7 +34,7 @@ from pettingllms.trainer.run_dir import (
     truncate_summary,
     write_validation_records,
 )
-from pettingllms.trainer.setup import RunPlan, check_prompts, plan
+from pettingllms.trainer.setup import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
 from pettingllms.trainer.tracking import make_trackers
 
 log = logging.getLogger("pettingllms.trainer")
@@ -166,8 +165,6 @@ class Trainer:
         elif t.resume not in ("none", ""):
             checkpoint = Path(t.resume)
             if not (checkpoint / ckpt.STATE_FILE).is_file():
-                from pettingllms.core import ConfigError
-
                 raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
             return checkpoint.parents[1], checkpoint
         run = new_run_dir(t.log_dir, t.experiment_name)
@@ -190,7 +187,7 @@ class Trainer:
 
     def _preflight(self, clients) -> None:
         limit = self.cfg.training.max_prompt_length
-        check_prompts(self.plan, clients, self.train_problems[:64], limit, "training")
+        check_prompts(self.plan, clients, self.train_problems[:PREFLIGHT_PROBLEMS], limit, "training")
         for name, problems in self.benchmarks.items():
             check_prompts(self.plan, clients, problems, limit, f"benchmark {name!r}")
 
