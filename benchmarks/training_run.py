@@ -34,6 +34,7 @@ def summarize(run_dir: Path) -> dict:
     curve = {k: [r.get(k) for r in steps] for k in reward_keys + ["episode/success_rate"]}
     validation = {k: {r["step"]: r[k] for r in rows if r.get(k) is not None} for k in val_keys}
     step_s = [r["timing/step_s"] for r in steps]
+    per_epoch = epoch_means(curve, steps_per_epoch(run_dir))
     return {
         "run_dir": str(run_dir),
         "steps": len(steps),
@@ -41,11 +42,35 @@ def summarize(run_dir: Path) -> dict:
         "reward_last_step": {k: v[-1] for k, v in curve.items()},
         "reward_mean_first_3": {k: statistics.fmean(v[:3]) for k, v in curve.items()},
         "reward_mean_last_3": {k: statistics.fmean(v[-3:]) for k, v in curve.items()},
+        "steps_per_epoch": steps_per_epoch(run_dir),
+        "reward_mean_per_epoch": per_epoch,
         "curves": curve,
         "validation_success": validation,
         "step_seconds_median": statistics.median(step_s),
         "generate_seconds_median": statistics.median(r["timing/generate_s"] for r in steps),
         "update_seconds_median": statistics.median(r["timing/update_s"] for r in steps),
+    }
+
+
+def steps_per_epoch(run_dir: Path) -> int | None:
+    """Steps that revisit the same problems: a training pool (``env.options.train_pool``) or ``epoch_size``
+    divided by the batch size; None when every step draws fresh problems."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    pool = (cfg.env.get("options") or {}).get("train_pool") or cfg.training.get("epoch_size")
+    batch = cfg.training.train_batch_size
+    return pool // batch if pool and pool % batch == 0 else None
+
+
+def epoch_means(curve: dict[str, list], epoch_steps: int | None) -> dict[str, list[float]] | None:
+    """Mean of each curve over each whole epoch: with a fixed pool, epoch e and e+1 score the same problems."""
+    if not epoch_steps:
+        return None
+    return {
+        key: [statistics.fmean(values[i : i + epoch_steps]) for i in range(0, len(values) - epoch_steps + 1,
+                                                                          epoch_steps)]
+        for key, values in curve.items()
     }
 
 
@@ -71,7 +96,8 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("wall_seconds", "reward_first_step", "reward_last_step",
-                                            "validation_success", "step_seconds_median")}, indent=1))
+                                            "reward_mean_per_epoch", "validation_success", "step_seconds_median")},
+                     indent=1))
     return 0
 
 

@@ -13,6 +13,8 @@ USAGE = """pettingllms <command> [args]
 
 commands:
   train [--config-name NAME] [key=value ...]   train with AT-GRPO (Hydra overrides)
+  eval [--config-name NAME] [key=value ...]    evaluate a model or checkpoint on benchmarks (pass@k)
+  plot RUN_DIR [--out PNG]                     draw training curves of a run directory
   check-env NAME [NAME ...] | --all           run the environment conformance checker
 """
 
@@ -29,6 +31,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pettingllms.entry.train import train_command
 
         return train_command(rest)
+    if command == "eval":
+        from pettingllms.entry.eval import eval_command
+
+        return eval_command(rest)
+    if command == "plot":
+        from pettingllms.entry.plot import plot_command
+
+        return plot_command(rest)
     print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -10,6 +10,9 @@
   answer is correct, else 0. Each agent's reward is ``alpha * team + local``.
 - Termination: when the checker's and the solver's latest answers agree (no ground truth is used to stop), or
   at ``max_turns``. Success = the checker's final answer is correct.
+- ``train_pool=N`` (an env option) trains on the first N training problems only, revisited every epoch, so the
+  training reward on the same problems can be compared across epochs; 0 (the default) draws a fresh problem
+  every time. Validation always uses the disjoint test seeds.
 A one-shot worked example in every prompt gives a 135M model a real GRPO signal (DESIGN.md: zero-shot boxed
 prompts give none).
 """
@@ -64,9 +67,12 @@ class ArithDuoEnv(Env):
     agent_classes = {"solver": "arith.solver", "checker": "arith.checker"}
     domain = "math"
 
-    def __init__(self, max_turns: int = 2, max_operand: int = 20, **options: Any) -> None:
+    def __init__(self, max_turns: int = 2, max_operand: int = 20, train_pool: int = 0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
+        if train_pool < 0:
+            raise ValueError(f"train_pool must be >= 0 (0 = no pool), got {train_pool}")
         self.max_operand = max_operand
+        self.train_pool = train_pool
 
     def reset(self, problem: Problem, seed: int) -> ArithState:
         del seed  # the problem fixes everything
@@ -90,6 +96,8 @@ class ArithDuoEnv(Env):
 
     def procedural_problems(self, split: str, count: int) -> list[Problem]:
         offset = {"train": 0, "test": TEST_SEED_OFFSET}[split]
+        if split == "train" and self.train_pool:
+            count = min(count, self.train_pool)
         return [make_problem(offset + i, self.max_operand) for i in range(count)]
 
     @classmethod

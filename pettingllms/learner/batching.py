@@ -1,8 +1,20 @@
-"""Turn ``Sample``s into padded tensors, and split work into mini-batches and token-budget micro-batches.
+"""Turn ``Sample``s into model inputs, and split work into mini-batches and token-budget micro-batches.
 
-Layout: each row is ``prompt_ids + response_ids`` right-padded to the longest row. Response-aligned tensors
-(``response_mask``, ``advantages``, log-probabilities) are (B, T) with column j = response token j, so they
-line up with verl's loss functions. Token ids are the sample's exact ids; nothing is re-tokenized.
+Shared-prompt packing. In tree mode the K branches of a (turn, agent) node share one prompt, and on the quickstart
+task the prompt is 3-4 times longer than a response. Instead of one row per sample (the prompt repeated K times),
+samples with the same prompt ids are *packed* into one row::
+
+    prompt | response_1 | response_2 | ... | response_m | padding
+
+with position ids that restart at ``len(prompt)`` for every response, and a 4-D attention mask in which a response
+token sees the prompt and the earlier tokens of its own response only. Every response token therefore gets exactly
+the logits it would get in its own row (tested to float tolerance), gradients through the shared prompt add up as
+they would over m separate rows, and the forward costs ``P + sum(R_i)`` tokens instead of ``m * P + sum(R_i)``.
+A sample whose prompt no one shares is simply a row of one.
+
+Response-aligned tensors (``response_ids``, ``response_mask``, ``advantages``, log-probabilities) are (N, T), one
+row per *sample* with column j = response token j, so they line up with verl's loss functions unchanged.
+Token ids are the sample's exact ids; nothing is re-tokenized.
 """
 
 from __future__ import annotations
@@ -17,21 +29,27 @@ from pettingllms.core.types import Sample
 
 @dataclass(frozen=True)
 class PolicyBatch:
-    """B right-padded sequences. L = longest prompt+response, T = longest response (at least 1).
+    """N samples packed into R rows of L tokens; T = longest response (at least 1).
 
-    input_ids, attention_mask, position_ids: (B, L) int64. attention_mask is 1 on real tokens.
-    prompt_lengths, response_lengths: (B,) int64.
-    response_ids: (B, T) int64, 0 on padding.
-    response_mask: (B, T) float32. 1.0 on response tokens that count in the loss; 0.0 on padding, on prompt
-        tokens (never present in this layout) and on every token of a failed sample.
-    advantages: (B, T) float32, each sample's scalar advantage broadcast over its response, 0.0 where masked.
-    rollout_log_probs: (B, T) float32, the engine's log-probabilities of the response tokens (0.0 where absent).
+    input_ids, position_ids: (R, L) int64.
+    attention_mask: (R, 1, L, L) bool, True where a query position may attend to a key position. Padding
+        positions attend to themselves only, so no softmax row is empty (an empty row would give NaN).
+    sample_rows: (N,) int64, the packed row holding each sample.
+    logit_columns: (N, T) int64, the row column whose logits predict response token j (the last prompt column
+        for j = 0, shared by every response of the row); 0 beyond the response.
+    response_lengths: (N,) int64.
+    response_ids: (N, T) int64, 0 on padding.
+    response_mask: (N, T) float32. 1.0 on response tokens that count in the loss; 0.0 on padding and on every
+        token of a failed sample.
+    advantages: (N, T) float32, each sample's scalar advantage broadcast over its response, 0.0 where masked.
+    rollout_log_probs: (N, T) float32, the engine's log-probabilities of the response tokens (0.0 where absent).
     """
 
     input_ids: torch.Tensor
-    attention_mask: torch.Tensor
     position_ids: torch.Tensor
-    prompt_lengths: torch.Tensor
+    attention_mask: torch.Tensor
+    sample_rows: torch.Tensor
+    logit_columns: torch.Tensor
     response_lengths: torch.Tensor
     response_ids: torch.Tensor
     response_mask: torch.Tensor
@@ -42,14 +60,62 @@ class PolicyBatch:
     def num_rows(self) -> int:
         return int(self.input_ids.shape[0])
 
+    @property
+    def num_samples(self) -> int:
+        return int(self.response_ids.shape[0])
+
+    @property
+    def first_logit_column(self) -> int:
+        """The earliest column whose logits are needed; the LM head can skip every column before it."""
+        valid = self.response_lengths > 0
+        if not bool(valid.any()):
+            return max(0, self.input_ids.shape[1] - 1)
+        return int(self.logit_columns[valid, 0].min().item())
+
     def to(self, device: torch.device) -> "PolicyBatch":
         return PolicyBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
 
+def pack_by_prompt(samples: Sequence[Sample], max_tokens: int | None = None) -> list[list[int]]:
+    """Indices of ``samples`` grouped into packing units: samples with identical prompt ids, in first-seen order.
+
+    ``max_tokens`` caps a unit's packed length (prompt + its responses): a large group is split into several
+    units, each repeating the prompt, so one row never outgrows the micro-batch budget (the attention mask is
+    L x L). A single sample longer than the cap still gets a unit of its own.
+    """
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for index, sample in enumerate(samples):
+        by_prompt.setdefault(tuple(sample.prompt_ids), []).append(index)
+    units: list[list[int]] = []
+    for prompt, indices in by_prompt.items():
+        unit: list[int] = []
+        length = len(prompt)
+        for index in indices:
+            extra = len(samples[index].response_ids)
+            if unit and max_tokens is not None and length + extra > max_tokens:
+                units.append(unit)
+                unit, length = [], len(prompt)
+            unit.append(index)
+            length += extra
+        units.append(unit)
+    return units
+
+
+def packed_length(samples: Sequence[Sample], unit: Sequence[int]) -> int:
+    """Tokens in the packed row of ``unit``: the shared prompt once plus every response."""
+    return len(samples[unit[0]].prompt_ids) + sum(len(samples[i].response_ids) for i in unit)
+
+
 def build_batch(
-    samples: Sequence[Sample], advantages: Sequence[float] | None = None, pad_token_id: int = 0
+    samples: Sequence[Sample],
+    advantages: Sequence[float] | None = None,
+    pad_token_id: int = 0,
+    units: Sequence[Sequence[int]] | None = None,
 ) -> PolicyBatch:
-    """Right-pad ``samples`` into a ``PolicyBatch``. ``advantages``: one scalar per sample (zeros when None)."""
+    """Pack ``samples`` into a ``PolicyBatch``, one row per unit of ``units`` (default: ``pack_by_prompt``).
+
+    ``advantages``: one scalar per sample (zeros when None). Samples of one unit must share their prompt ids.
+    """
     if not samples:
         raise ValueError("build_batch needs at least one sample")
     if advantages is not None and len(advantages) != len(samples):
@@ -57,44 +123,73 @@ def build_batch(
     for index, sample in enumerate(samples):
         if not sample.prompt_ids:
             raise ValueError(f"sample {index} (episode {sample.episode!r}) has an empty prompt")
+    units = [list(unit) for unit in (units if units is not None else pack_by_prompt(samples))]
+    if sorted(i for unit in units for i in unit) != list(range(len(samples))):
+        raise ValueError("units must hold every sample index exactly once")
+    for unit in units:
+        if any(samples[i].prompt_ids != samples[unit[0]].prompt_ids for i in unit):
+            raise ValueError(f"samples {unit} do not share one prompt and cannot be packed together")
 
-    num_rows = len(samples)
-    seq_len = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    num_rows, num_samples = len(units), len(samples)
+    seq_len = max(packed_length(samples, unit) for unit in units)
     resp_len = max(1, max(len(s.response_ids) for s in samples))
 
     input_ids = torch.full((num_rows, seq_len), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((num_rows, seq_len), dtype=torch.long)
-    response_ids = torch.zeros((num_rows, resp_len), dtype=torch.long)
-    response_mask = torch.zeros((num_rows, resp_len), dtype=torch.float32)
-    advantage_rows = torch.zeros((num_rows, resp_len), dtype=torch.float32)
-    rollout_log_probs = torch.zeros((num_rows, resp_len), dtype=torch.float32)
+    position_ids = torch.zeros((num_rows, seq_len), dtype=torch.long)
+    # Start from "padding attends to itself"; real tokens overwrite their own rows below.
+    attention_mask = torch.eye(seq_len, dtype=torch.bool).repeat(num_rows, 1, 1, 1)
+    sample_rows = torch.zeros(num_samples, dtype=torch.long)
+    logit_columns = torch.zeros((num_samples, resp_len), dtype=torch.long)
+    response_ids = torch.zeros((num_samples, resp_len), dtype=torch.long)
+    response_mask = torch.zeros((num_samples, resp_len), dtype=torch.float32)
+    advantage_rows = torch.zeros((num_samples, resp_len), dtype=torch.float32)
+    rollout_log_probs = torch.zeros((num_samples, resp_len), dtype=torch.float32)
+    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril()
 
-    for row, sample in enumerate(samples):
-        prompt, response = sample.prompt_ids, sample.response_ids
-        full = list(prompt) + list(response)
-        input_ids[row, : len(full)] = torch.tensor(full, dtype=torch.long)
-        attention_mask[row, : len(full)] = 1
-        if response:
-            response_ids[row, : len(response)] = torch.tensor(response, dtype=torch.long)
-        if sample.response_logprobs:
-            if len(sample.response_logprobs) != len(response):
-                raise ValueError(
-                    f"sample {row} (episode {sample.episode!r}): {len(sample.response_logprobs)} logprobs "
-                    f"for {len(response)} response tokens"
-                )
-            rollout_log_probs[row, : len(response)] = torch.tensor(sample.response_logprobs, dtype=torch.float32)
-        if response and not sample.failed:
-            response_mask[row, : len(response)] = 1.0
-            if advantages is not None:
-                advantage_rows[row, : len(response)] = float(advantages[row])
+    for row, unit in enumerate(units):
+        prompt = samples[unit[0]].prompt_ids
+        plen = len(prompt)
+        input_ids[row, :plen] = torch.tensor(prompt, dtype=torch.long)
+        position_ids[row, :plen] = torch.arange(plen)
+        attention_mask[row, 0, :plen, :plen] = causal[:plen, :plen]
+        start = plen
+        for index in unit:
+            sample = samples[index]
+            response = sample.response_ids
+            rlen = len(response)
+            end = start + rlen
+            sample_rows[index] = row
+            if rlen:
+                input_ids[row, start:end] = torch.tensor(response, dtype=torch.long)
+                position_ids[row, start:end] = torch.arange(plen, plen + rlen)
+                attention_mask[row, 0, start:end, :plen] = True  # the shared prompt
+                attention_mask[row, 0, start:end, start:end] = causal[:rlen, :rlen]  # its own earlier tokens
+                # Token j is predicted at the column before it: the last prompt column for j = 0.
+                logit_columns[index, 0] = plen - 1
+                logit_columns[index, 1:rlen] = torch.arange(start, end - 1)
+                response_ids[index, :rlen] = torch.tensor(response, dtype=torch.long)
+            if sample.response_logprobs:
+                if len(sample.response_logprobs) != rlen:
+                    raise ValueError(
+                        f"sample {index} (episode {sample.episode!r}): {len(sample.response_logprobs)} logprobs "
+                        f"for {rlen} response tokens"
+                    )
+                rollout_log_probs[index, :rlen] = torch.tensor(sample.response_logprobs, dtype=torch.float32)
+            if rlen and not sample.failed:
+                response_mask[index, :rlen] = 1.0
+                if advantages is not None:
+                    advantage_rows[index, :rlen] = float(advantages[index])
+            start = end
+        # Padding positions keep counting so position ids stay within the model's range; they are never read.
+        next_position = int(position_ids[row, start - 1]) + 1
+        position_ids[row, start:] = torch.arange(next_position, next_position + seq_len - start)
 
-    # Right padding keeps real tokens at positions 0..len-1; pad positions just continue counting (masked anyway).
-    position_ids = torch.arange(seq_len, dtype=torch.long).unsqueeze(0).expand(num_rows, seq_len).contiguous()
     return PolicyBatch(
         input_ids=input_ids,
-        attention_mask=attention_mask,
         position_ids=position_ids,
-        prompt_lengths=torch.tensor([len(s.prompt_ids) for s in samples], dtype=torch.long),
+        attention_mask=attention_mask,
+        sample_rows=sample_rows,
+        logit_columns=logit_columns,
         response_lengths=torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long),
         response_ids=response_ids,
         response_mask=response_mask,
@@ -103,46 +198,47 @@ def build_batch(
     )
 
 
+def response_token_values(column_values: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
+    """Pick each sample's per-response-token values out of per-column values of the packed rows.
+
+    column_values: (R, C, ...) where column c holds the value at row column ``first_column + c``.
+    Returns (N, T, ...): entry [n, j] = the value at the column predicting sample n's response token j.
+    Entries beyond a response are taken from a valid column and must be masked by the caller.
+    """
+    columns = (batch.logit_columns - first_column).clamp(min=0, max=column_values.shape[1] - 1)
+    rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
+    return column_values[rows, columns]
+
+
+def response_log_probs(logits: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
+    """Log-probabilities (N, T) of each sample's response tokens; 0.0 beyond a response.
+
+    logits: (R, C, V) for row columns ``first_column ..``. ``log p(y) = logit_y - logsumexp(logits)``, computed
+    per column once and then picked per sample, so the shared last-prompt column (which predicts the first token
+    of every response in the row) is normalised once, and no (N, T, V) copy of the logits is made. This equals
+    verl's ``logprobs_from_logits`` on unpacked rows (tested).
+    """
+    log_norm = torch.logsumexp(logits, dim=-1)  # (R, C)
+    columns = (batch.logit_columns - first_column).clamp(min=0, max=logits.shape[1] - 1)
+    rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
+    picked = logits[rows, columns, batch.response_ids.to(logits.device)]
+    values = picked - log_norm[rows, columns]
+    return values.masked_fill(~valid_response_tokens(batch), 0.0)
+
+
+def valid_response_tokens(batch: PolicyBatch) -> torch.Tensor:
+    """(N, T) bool: True on each sample's real response tokens (failed samples included)."""
+    width = batch.response_ids.shape[1]
+    offsets = torch.arange(width, device=batch.response_ids.device).unsqueeze(0)
+    return offsets < batch.response_lengths.to(batch.response_ids.device).unsqueeze(1)
+
+
 def pad_response_values(values: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     """Stack per-sample 1-D tensors (len_i,) into (B, width), right-padded with 0.0."""
     out = torch.zeros((len(values), width), dtype=torch.float32)
     for row, value in enumerate(values):
         out[row, : value.numel()] = value.to(torch.float32)
     return out
-
-
-def first_logit_column(batch: PolicyBatch) -> int:
-    """The first sequence column whose logits are needed: the one predicting the earliest response token.
-
-    Logits at column c predict the token at c + 1, so the earliest is ``min(prompt_lengths) - 1``. Running the
-    LM head only from here on (``logits_to_keep``) skips most prompt positions.
-    """
-    return int(batch.prompt_lengths.min().item()) - 1
-
-
-def gather_response_values(token_values: torch.Tensor, batch: PolicyBatch, first_label: int) -> torch.Tensor:
-    """Pick each row's response-token values out of a per-label-position matrix.
-
-    token_values: (B, K), column k holds the value for the token at sequence position ``first_label + k``.
-    Returns (B, T): column j = value for response token j (position prompt_len + j); 0.0 beyond the response.
-    """
-    num_cols = token_values.shape[1]
-    width = batch.response_mask.shape[1]
-    offsets = torch.arange(width, device=token_values.device).unsqueeze(0)
-    columns = (batch.prompt_lengths.to(token_values.device) - first_label).unsqueeze(1) + offsets
-    columns = columns.clamp(max=num_cols - 1)
-    gathered = torch.gather(token_values, 1, columns)
-    valid = offsets < batch.response_lengths.to(token_values.device).unsqueeze(1)
-    return torch.where(valid, gathered, torch.zeros_like(gathered))
-
-
-def response_spans(batch: PolicyBatch, first_label: int) -> list[tuple[int, int]]:
-    """(start column, length) of each row's response in a per-label-position matrix starting at ``first_label``.
-
-    Slicing ``values[row, start : start + length]`` gives a view over exactly that row's response tokens.
-    """
-    starts = (batch.prompt_lengths - first_label).tolist()
-    return list(zip(starts, batch.response_lengths.tolist()))
 
 
 def micro_batches_by_tokens(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:

@@ -89,6 +89,7 @@ class LearnerConfig:
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0  # sequences per optimizer step (per adapter under LoRA); 0 = whole batch
     micro_batch_max_tokens: int = 2048  # padded tokens per forward; gradients accumulate over micro-batches
+    pack_shared_prompts: bool = True  # one forward row per shared prompt (tree branches); same logits, fewer tokens
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages

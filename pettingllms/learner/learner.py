@@ -39,21 +39,23 @@ from pettingllms.algo.verl_adapter import (
     cosine_schedule_with_warmup,
     entropy_from_logits,
     fixed_kl_controller,
-    logprobs_from_logits,
 )
 from pettingllms.core.types import Sample
 from pettingllms.learner.adapters import AdapterContext, adapter_parameters, peft_adapter_context
 from pettingllms.learner.batching import (
     PolicyBatch,
     build_batch,
-    first_logit_column,
-    gather_response_values,
     micro_batches_by_tokens,
+    pack_by_prompt,
+    packed_length,
     pad_response_values,
-    response_spans,
+    response_log_probs,
+    response_token_values,
     split_mini_batches,
+    valid_response_tokens,
 )
 from pettingllms.learner.config import LearnerConfig
+from pettingllms.learner.fsdp import SINGLE_PROCESS, DataParallel, padded_plan
 
 ADAPTERS_DISABLED = "adapters-disabled"
 STATE_FORMAT = 1
@@ -75,6 +77,9 @@ class PolicyLearner:
             weights are left out of the optimiser.
         policy: when given, every sample's ``policy`` field must equal it.
         pad_token_id: any valid id; padding never reaches the loss.
+        data_parallel: this process's rank among the FSDP ranks of the policy (``pettingllms.learner.fsdp``). Every
+            rank gets the whole batch, trains on its own share of each mini-batch, and normalises the loss by the
+            whole mini-batch's token count; ``model`` must then be sharded with ``fsdp.shard_model``.
     """
 
     def __init__(
@@ -88,8 +93,10 @@ class PolicyLearner:
         frozen: Iterable[str] = (),
         policy: str | None = None,
         pad_token_id: int = 0,
+        data_parallel: DataParallel = SINGLE_PROCESS,
     ) -> None:
         config.validate()
+        self.data_parallel = data_parallel
         self.model = model
         self.config = config
         self.adapter_names = tuple(adapter_names)
@@ -260,13 +267,13 @@ class PolicyLearner:
     def _response_log_probs(
         self, model: nn.Module, batch: PolicyBatch, *, entropy: str = "none"
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (B, T) of each row's response tokens; entropy (B, T) when ``entropy`` is "grad" or "detached".
+        """Log-probs (N, T) of each sample's response tokens; entropy (N, T) when ``entropy`` is "grad" or "detached".
 
-        The LM head runs only from the column predicting the earliest response token (``logits_to_keep``); with
-        groups sharing one prompt this skips nearly every prompt position. Logits are upcast to fp32 before the
-        softmax so bf16 autocast does not round the log-probs.
+        The LM head runs only from the earliest column that predicts a response token (``logits_to_keep``); a
+        packed row puts its shared prompt first, so this skips nearly every prompt position. Logits are upcast to
+        fp32 before the softmax so bf16 autocast does not round the log-probs.
         """
-        first_col = first_logit_column(batch)
+        first_col = batch.first_logit_column
         seq_len = batch.input_ids.shape[1]
         with self._autocast():
             output = model(
@@ -276,17 +283,64 @@ class PolicyLearner:
                 use_cache=False,
                 logits_to_keep=seq_len - first_col,
             )
-        logits = output.logits[:, :-1].float()  # column k predicts the token at position first_col + 1 + k
+        logits = output.logits.float()  # column c holds the logits at row column first_col + c
         del output
-        labels = batch.input_ids[:, first_col + 1 :]
-        log_probs = gather_response_values(logprobs_from_logits(logits, labels), batch, first_col + 1)
+        log_probs = response_log_probs(logits, batch, first_col)
         entropies = None
         if entropy == "grad":
-            entropies = _response_entropy(logits, batch, first_col + 1)
+            entropies = _response_entropy(logits, batch, first_col)
         elif entropy == "detached":
             with torch.no_grad():
-                entropies = _response_entropy(logits.detach(), batch, first_col + 1)
+                entropies = _response_entropy(logits.detach(), batch, first_col)
         return log_probs, entropies
+
+    def _micro_batches(self, samples: Sequence[Sample], indices: Sequence[int]) -> Iterator[tuple[list[int], list]]:
+        """This rank's micro-batches of ``indices`` (all of them in a single process).
+
+        Under data parallelism every rank yields the same number of micro-batches: a rank with less work yields
+        ``([], [])`` padding entries, for which the caller runs a pass that contributes nothing (FSDP gathers
+        weights in every forward, so the ranks' passes must pair up).
+        """
+        if not self.data_parallel.is_distributed:
+            yield from self._packed_micro_batches(samples, indices)
+            return
+        shares = self.data_parallel.shares(samples, indices, self.config.ppo_mini_batch_size)
+        plans = [list(self._packed_micro_batches(samples, share)) for share in shares]
+        yield from padded_plan(plans, self.data_parallel.rank, ([], []))
+
+    def _padding_pass(self, model: nn.Module, sample: Sample, *, backward: bool) -> None:
+        """A forward (and backward) that changes nothing, run where another rank has a real micro-batch.
+
+        Called in the same adapter context as the real pass, so the same parameters get (zero) gradients and
+        FSDP reduce-scatters the same tensors on every rank.
+        """
+        batch = build_batch([sample], pad_token_id=self.pad_token_id).to(self.device)
+        log_probs, _ = self._response_log_probs(model, batch)
+        if backward:
+            (log_probs.sum() * 0.0).backward()
+
+    def _packed_micro_batches(
+        self, samples: Sequence[Sample], indices: Sequence[int]
+    ) -> Iterator[tuple[list[int], list]]:
+        """Split ``indices`` into micro-batches of packed rows that fit ``micro_batch_max_tokens``.
+
+        Yields ``(rows, units)``: the sample indices of one micro-batch, and its packing units as positions into
+        ``rows``. With ``pack_shared_prompts`` samples sharing a prompt share a row; without, every sample is a row.
+        """
+        subset = [samples[i] for i in indices]
+        budget = self.config.micro_batch_max_tokens
+        if self.config.pack_shared_prompts:
+            units = pack_by_prompt(subset, max_tokens=budget)
+        else:
+            units = [[i] for i in range(len(subset))]
+        lengths = [packed_length(subset, unit) for unit in units]
+        for group in micro_batches_by_tokens(lengths, budget):
+            rows: list[int] = []
+            local_units: list[list[int]] = []
+            for unit_index in group:
+                local_units.append(list(range(len(rows), len(rows) + len(units[unit_index]))))
+                rows.extend(indices[i] for i in units[unit_index])
+            yield rows, local_units
 
     @contextmanager
     def _eval_mode(self, model: nn.Module) -> Iterator[None]:
@@ -305,16 +359,19 @@ class PolicyLearner:
         out: dict[int, torch.Tensor] = {}
         model = self._reference if reference and isinstance(self._reference, nn.Module) else self.model
         for stream, indices in by_stream.items():
-            lengths = [len(samples[i].prompt_ids) + len(samples[i].response_ids) for i in indices]
-            for group in micro_batches_by_tokens(lengths, self.config.micro_batch_max_tokens):
-                rows = [indices[g] for g in group]
-                batch = build_batch([samples[i] for i in rows], pad_token_id=self.pad_token_id).to(self.device)
+            for rows, units in self._micro_batches(samples, indices):
                 if reference and self._reference == ADAPTERS_DISABLED:
                     context = self._adapter_context(self.model, None)
                 elif reference:
                     context = nullcontext()
                 else:
                     context = self._adapter_active(stream, train=False)
+                if not rows:
+                    with self._eval_mode(model), context:
+                        self._padding_pass(model, samples[indices[0]], backward=False)
+                    continue
+                batch = build_batch([samples[i] for i in rows], pad_token_id=self.pad_token_id, units=units)
+                batch = batch.to(self.device)
                 with self._eval_mode(model), context:
                     log_probs, _ = self._response_log_probs(model, batch)
                 log_probs = log_probs.float().cpu()
@@ -327,6 +384,8 @@ class PolicyLearner:
 
         Raw logits (temperature 1), the same quantity the rollout engine reports. Empty responses give ().
         """
+        if self.data_parallel.is_distributed:
+            raise RuntimeError("compute_logprobs runs in a single process; an FSDP rank computes only its own share")
         by_stream: dict[str | None, list[int]] = defaultdict(list)
         for index, sample in enumerate(samples):
             stream = self._stream_of(index, sample)
@@ -354,16 +413,22 @@ class PolicyLearner:
         normalised by the whole mini-batch and the accumulated gradient equals that of one big batch.
         ``old_log_probs`` None means exactly on-policy: the forward's own detached log-probs serve as old ones.
         """
+        # ``indices`` is the whole mini-batch on every rank, so these counts are global; dp_size undoes FSDP's
+        # averaging of gradients over ranks.
         global_batch = GlobalBatchInfo(
-            batch_num_tokens=sum(len(samples[i].response_ids) for i in indices), global_batch_size=len(indices)
+            batch_num_tokens=sum(len(samples[i].response_ids) for i in indices),
+            global_batch_size=len(indices),
+            dp_size=self.data_parallel.world_size,
         )
-        lengths = [len(samples[i].prompt_ids) + len(samples[i].response_ids) for i in indices]
         entropy_mode = "grad" if self.config.entropy_coeff > 0 else "detached"
         mini_batch_pg_loss = 0.0
-        for group in micro_batches_by_tokens(lengths, self.config.micro_batch_max_tokens):
-            rows = [indices[g] for g in group]
+        for rows, units in self._micro_batches(samples, indices):
+            if not rows:
+                with self._adapter_active(stream, train=True):
+                    self._padding_pass(self.model, samples[indices[0]], backward=True)
+                continue
             batch = build_batch(
-                [samples[i] for i in rows], [advantages[i] for i in rows], pad_token_id=self.pad_token_id
+                [samples[i] for i in rows], [advantages[i] for i in rows], pad_token_id=self.pad_token_id, units=units
             ).to(self.device)
             width = batch.response_mask.shape[1]
             with self._adapter_active(stream, train=True):
@@ -419,6 +484,7 @@ class PolicyLearner:
                 self._backward_mini_batch(stream, samples, advantages, indices, None, ref, kl_coef, tally)
         finally:
             self.model.train(was_training)
+        tally.merge_ranks(self.data_parallel, self._streams)
         return tally.summary()
 
     def _kl_inputs(
@@ -476,6 +542,7 @@ class PolicyLearner:
             self.optimizer.zero_grad(set_to_none=True)  # free gradient memory between iterations
             self.model.train(was_training)
 
+        tally.merge_ranks(self.data_parallel, self._streams)  # before the KL controllers read it
         self._advance_schedule()
         self._update_kl_controllers(by_stream, samples, tally)
         self.step += 1
@@ -608,34 +675,36 @@ class PolicyLearner:
         Full model: ``save_pretrained`` (safetensors) into ``dest_dir``. LoRA: one peft folder per adapter,
         ``dest_dir/<adapter name>``, whose ``adapter_config.json`` also records ``"pettingllms_agent"``.
         """
-        dest = Path(dest_dir)
-        dest.mkdir(parents=True, exist_ok=True)
-        if not self.uses_lora:
-            self.model.save_pretrained(dest)
-            return [dest]
-        written = []
-        for name in self.adapter_names:
-            # peft writes a non-"default" adapter into <dir>/<name> and "default" into <dir> itself.
-            target_parent = dest / name if name == "default" else dest
-            self.model.save_pretrained(target_parent, selected_adapters=[name])
-            folder = dest / name
-            _tag_adapter_config(folder / "adapter_config.json", name)
-            written.append(folder)
-        return written
+        return export_hf_model(self.model, self.adapter_names, dest_dir)
 
 
-def _response_entropy(logits: torch.Tensor, batch: PolicyBatch, first_label: int) -> torch.Tensor:
-    """Entropy (B, T) at each row's response positions. logits: (B, K, V), column k = position first_label + k.
+def export_hf_model(model: nn.Module, adapter_names: Sequence[str], dest_dir: str | Path) -> list[Path]:
+    """``PolicyLearner.export_hf`` for any unsharded module (e.g. an FSDP policy's full engine copy)."""
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    if not adapter_names:
+        model.save_pretrained(dest)
+        return [dest]
+    written = []
+    for name in adapter_names:
+        # peft writes a non-"default" adapter into <dir>/<name> and "default" into <dir> itself.
+        target_parent = dest / name if name == "default" else dest
+        model.save_pretrained(target_parent, selected_adapters=[name])
+        folder = dest / name
+        _tag_adapter_config(folder / "adapter_config.json", name)
+        written.append(folder)
+    return written
 
-    The softmax over the vocabulary is the costly part, so it runs on per-row views of the response columns
-    only, never on prompt or padding columns.
+
+def _response_entropy(logits: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
+    """Entropy (N, T) of the distribution predicting each response token; 0.0 beyond a response.
+
+    logits: (R, C, V) for row columns ``first_column ..``. The softmax over the vocabulary is the costly part, so
+    it runs once per packed column (a shared prompt column once, not once per response).
     """
-    width = batch.response_mask.shape[1]
-    rows = []
-    for row, (start, length) in enumerate(response_spans(batch, first_label)):
-        values = entropy_from_logits(logits[row, start : start + length])
-        rows.append(torch.nn.functional.pad(values, (0, width - length)))
-    return torch.stack(rows)
+    column_entropy = entropy_from_logits(logits)  # (R, C)
+    values = response_token_values(column_entropy, batch, first_column)
+    return values.masked_fill(~valid_response_tokens(batch), 0.0)
 
 
 def _tag_adapter_config(path: Path, agent: str) -> None:
@@ -644,6 +713,9 @@ def _tag_adapter_config(path: Path, agent: str) -> None:
     config = json.loads(path.read_text())
     config["pettingllms_agent"] = agent
     path.write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
+_TOKEN_WEIGHTED = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "kl_token_mean", "entropy_token_mean")
 
 
 class _Tally:
@@ -663,7 +735,7 @@ class _Tally:
     def add_micro_batch(self, stream: str | None, parts: ObjectiveParts) -> None:
         n = parts.num_tokens
         self.tokens += n
-        for key in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "kl_token_mean", "entropy_token_mean"):
+        for key in _TOKEN_WEIGHTED:
             self.weighted[key] += getattr(parts, key) * n
         self.kl_loss += parts.kl_loss
         self.entropy_loss += parts.entropy_loss
@@ -672,6 +744,31 @@ class _Tally:
 
     def add_mini_batch(self, stream: str | None, pg_loss: float) -> None:
         self.mini_batch_losses.append(pg_loss)
+
+    def merge_ranks(self, data_parallel: DataParallel, streams: Sequence[str | None]) -> None:
+        """Turn this rank's sums into sums over every data-parallel rank (a collective; no-op in one process).
+
+        Losses come out of verl multiplied by the number of ranks (it undoes FSDP's gradient averaging), so their
+        sums are divided by it. Gradient norms are already global (FSDP computes them over every shard).
+        """
+        if not data_parallel.is_distributed:
+            return
+        keys = _TOKEN_WEIGHTED  # fixed, not the dict's keys: a rank that ran only padding passes has none
+        flat = [float(self.tokens), self.kl_loss, self.entropy_loss, *self.mini_batch_losses]
+        flat += [self.weighted[k] for k in keys]
+        flat += [float(self.stream_tokens[s]) for s in streams] + [self.stream_kl_sum[s] for s in streams]
+        total = iter(data_parallel.all_reduce_sum(flat))
+        ranks = data_parallel.world_size
+        self.tokens = int(round(next(total)))
+        self.kl_loss = next(total) / ranks
+        self.entropy_loss = next(total) / ranks
+        self.mini_batch_losses = [next(total) / ranks for _ in self.mini_batch_losses]
+        for key in keys:
+            self.weighted[key] = next(total)
+        for stream in streams:
+            self.stream_tokens[stream] = int(round(next(total)))
+        for stream in streams:
+            self.stream_kl_sum[stream] = next(total)
 
     def add_optimizer_step(self, norms: Mapping[str | None, float]) -> None:
         """Pre-clip gradient norms of the streams in one optimizer step (disjoint parameters)."""

@@ -2,39 +2,58 @@ import torch
 
 from pettingllms.learner.batching import (
     build_batch,
-    gather_response_values,
     micro_batches_by_tokens,
+    pack_by_prompt,
     pad_response_values,
+    response_token_values,
     split_mini_batches,
 )
 
 
-def test_build_batch_right_pads_and_masks_only_response_tokens(make_sample):
+def test_build_batch_packs_shared_prompts_and_masks_only_response_tokens(make_sample):
     a = make_sample([5, 6, 7], [8, 9], index=0)
-    b = make_sample([1, 2], [3, 4, 10, 11], index=1)
-    failed = make_sample([4, 4, 4, 4], [12], failed=True, index=2)
+    b = make_sample([5, 6, 7], [3, 4, 10], index=1)  # same prompt as a: packed into a's row
+    failed = make_sample([4, 4], [12], failed=True, index=2)
     batch = build_batch([a, b, failed], [0.5, -2.0, 7.0], pad_token_id=0)
 
-    assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9, 0], [1, 2, 3, 4, 10, 11], [4, 4, 4, 4, 12, 0]]
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0]]
-    assert batch.position_ids.tolist()[0] == [0, 1, 2, 3, 4, 5]
-    assert batch.prompt_lengths.tolist() == [3, 2, 4]
-    assert batch.response_lengths.tolist() == [2, 4, 1]
-    # (B, T): column j is response token j, exact ids; padding is 0 and masked.
-    assert batch.response_ids.tolist() == [[8, 9, 0, 0], [3, 4, 10, 11], [12, 0, 0, 0]]
-    assert batch.response_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
-    assert batch.advantages.tolist() == [[0.5, 0.5, 0, 0], [-2.0] * 4, [0, 0, 0, 0]]
-    assert batch.rollout_log_probs.tolist() == [[-1, -1, 0, 0], [-1] * 4, [-1, 0, 0, 0]]
+    assert batch.num_rows == 2 and batch.num_samples == 3
+    assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9, 3, 4, 10], [4, 4, 12, 0, 0, 0, 0, 0]]
+    # Each response restarts at the prompt length; padding keeps counting.
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7]]
+    assert batch.sample_rows.tolist() == [0, 0, 1]
+    # Token j of a response is predicted at the column before it; j = 0 at the last prompt column (shared).
+    assert batch.logit_columns.tolist() == [[2, 3, 0], [2, 5, 6], [1, 0, 0]]
+    mask = batch.attention_mask[0, 0].int().tolist()
+    assert mask[4] == [1, 1, 1, 1, 1, 0, 0, 0]  # a's 2nd token: prompt + a's first token
+    assert mask[6] == [1, 1, 1, 0, 0, 1, 1, 0]  # b's 2nd token: prompt + b's first token, never a's tokens
+    assert batch.attention_mask[1, 0, 5].int().tolist() == [0, 0, 0, 0, 0, 1, 0, 0]  # padding sees itself only
+    # (N, T) per sample: exact ids; padding is 0 and masked; a failed sample's tokens never count.
+    assert batch.response_ids.tolist() == [[8, 9, 0], [3, 4, 10], [12, 0, 0]]
+    assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1], [0, 0, 0]]
+    assert batch.advantages.tolist() == [[0.5, 0.5, 0], [-2.0] * 3, [0, 0, 0]]
+    assert batch.rollout_log_probs.tolist() == [[-1, -1, 0], [-1] * 3, [-1, 0, 0]]
+    assert batch.first_logit_column == 1
 
 
-def test_gather_response_values_picks_each_rows_response_positions(make_sample):
-    batch = build_batch([make_sample([1, 2, 3], [4, 5]), make_sample([1], [2, 3, 4])])
-    first_label = 1  # min prompt length: the earliest response position
-    # token_values[:, k] belongs to sequence position first_label + k; encode the position in the value.
-    positions = torch.arange(first_label, batch.input_ids.shape[1]).float()
-    token_values = positions.unsqueeze(0).repeat(2, 1) + torch.tensor([[0.0], [100.0]])
-    got = gather_response_values(token_values, batch, first_label)
-    assert got.tolist() == [[3.0, 4.0, 0.0], [101.0, 102.0, 103.0]]
+def test_response_token_values_picks_each_samples_columns(make_sample):
+    batch = build_batch([make_sample([1, 2, 3], [4, 5]), make_sample([1, 2, 3], [6]), make_sample([7], [8, 9, 10])])
+    first = batch.first_logit_column  # 0: the single-token prompt's last column
+    # column_values[r, c] encodes (row, column) so the pick can be read back.
+    columns = torch.arange(first, batch.input_ids.shape[1]).float()
+    column_values = columns.unsqueeze(0) + torch.tensor([[0.0], [100.0]])
+    got = response_token_values(column_values, batch, first)
+    assert got[0, :2].tolist() == [2.0, 3.0]
+    assert got[1, :1].tolist() == [2.0]  # the shared prompt column
+    assert got[2].tolist() == [100.0, 101.0, 102.0]
+
+
+def test_pack_by_prompt_groups_in_first_seen_order_and_splits_at_the_budget(make_sample):
+    p, q = [1, 2, 3, 4], [9, 9]
+    samples = [make_sample(p, [5] * 3), make_sample(q, [7]), make_sample(p, [6] * 3), make_sample(p, [8] * 3)]
+    assert pack_by_prompt(samples) == [[0, 2, 3], [1]]
+    # Budget 10: prompt 4 + 3 + 3 fits, the third response starts a new unit (which repeats the prompt).
+    assert pack_by_prompt(samples, max_tokens=10) == [[0, 2], [3], [1]]
+    assert pack_by_prompt(samples, max_tokens=1) == [[0], [2], [3], [1]]  # over-long: one sample per unit
 
 
 def test_micro_batches_respect_the_padded_token_budget_and_are_deterministic():

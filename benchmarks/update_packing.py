@@ -1,0 +1,117 @@
+"""One learner update on tree-shaped samples: shared-prompt packing on vs off, full fine-tuning and LoRA.
+
+Workload (the quickstart's shape): ``--nodes`` tree nodes of K=4 branches on the packaged SmolLM2-135M; each
+node has a ~100-token chat prompt (the arith_duo one-shot prompt) and responses of 20-30 tokens. Runs are paired
+(packed, unpacked, packed, ...) and medians of ``--repeats`` are reported, with the tokens each forward processed.
+
+    .venv/bin/python benchmarks/update_packing.py [--nodes 8] [--repeats 3] [--threads 2]
+
+Writes benchmarks/results/update_packing.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from _machine import machine_info  # noqa: E402
+from pettingllms.core.types import Sample  # noqa: E402
+from pettingllms.learner import LearnerConfig, PolicyLearner  # noqa: E402
+from pettingllms.learner.batching import pack_by_prompt, packed_length  # noqa: E402
+from pettingllms.models import HFChatCodec, LoraSpec, attach_adapters, load_model, resolve_model  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "update_packing.json"
+K = 4
+
+
+def tree_samples(codec, nodes: int, seed: int = 0) -> list[Sample]:
+    rng = random.Random(seed)
+    samples = []
+    for node in range(nodes):
+        a, b = rng.randint(1, 20), rng.randint(1, 20)
+        prompt = codec.encode_chat([
+            {"role": "user", "content": "What is 7 + 5? Put the final answer in \\boxed{}."},
+            {"role": "assistant", "content": "7 + 5 = 12. The answer is \\boxed{12}."},
+            {"role": "user", "content": f"What is {a} + {b}? Put the final answer in \\boxed{{}}."},
+        ])
+        for branch in range(K):
+            response = tuple(rng.randint(100, 40000) for _ in range(rng.randint(20, 30)))
+            samples.append(Sample(
+                policy="policy_0", agent="solver", turn=0, group=(node, 0, "solver"), episode=f"e{node}",
+                problem_id=f"p{node}", branch=branch, prompt_ids=tuple(prompt), response_ids=response,
+                response_logprobs=tuple(-1.0 for _ in response), reward=float(branch % 2),
+            ))
+    return samples
+
+
+def time_update(model, samples, advantages, pack: bool, lora: bool) -> float:
+    adapters = ("shared",) if lora else ()
+    config = LearnerConfig(total_steps=100, lr=1e-6, pack_shared_prompts=pack, micro_batch_max_tokens=8192)
+    learner = PolicyLearner(model, config, adapter_names=adapters)
+    if lora:
+        samples = [Sample(**{**s.__dict__, "adapter": "shared"}) for s in samples]
+    start = time.perf_counter()
+    learner.update(samples, advantages)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    load_start = os.getloadavg()[0]
+    model_dir = resolve_model("smollm2-135m-instruct")
+    codec = HFChatCodec.from_pretrained(model_dir)
+    samples = tree_samples(codec, args.nodes)
+    advantages = [1.0 if s.branch % 2 else -1.0 for s in samples]
+    unpacked_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    packed_tokens = sum(packed_length(samples, unit) for unit in pack_by_prompt(samples))
+    results = {}
+    for mode in ("full", "lora"):
+        model = load_model(model_dir, dtype="float32")
+        if mode == "lora":
+            spec = LoraSpec(32, 64, 0.0, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+            model = attach_adapters(model, ["shared"], spec)
+        runs = {"packed": [], "unpacked": []}
+        time_update(model, samples[:K], advantages[:K], True, mode == "lora")  # warm-up
+        for _ in range(args.repeats):
+            for name, pack in (("packed", True), ("unpacked", False)):
+                runs[name].append(round(time_update(model, samples, advantages, pack, mode == "lora"), 3))
+        medians = {name: statistics.median(values) for name, values in runs.items()}
+        results[mode] = {
+            "seconds": runs,
+            "median_seconds": medians,
+            "speedup": round(medians["unpacked"] / medians["packed"], 2),
+        }
+        print(mode, json.dumps(results[mode]))
+        del model
+    report = {
+        "command": f"python benchmarks/update_packing.py --nodes {args.nodes} --repeats {args.repeats} "
+                   f"--threads {args.threads}",
+        "machine": {**machine_info(), "torch_threads": args.threads, "load_average_at_start": load_start,
+                    "load_average_at_end": os.getloadavg()[0]},
+        "workload": {"model": "smollm2-135m-instruct", "nodes": args.nodes, "branches": K,
+                     "samples": len(samples), "prompt_tokens": len(samples[0].prompt_ids),
+                     "response_tokens": sum(len(s.response_ids) for s in samples),
+                     "forward_tokens_unpacked": unpacked_tokens, "forward_tokens_packed": packed_tokens},
+        "results": results,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
