@@ -16,6 +16,7 @@ import torch
 
 from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
 from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner.fsdp import FSDPOptions
 from pettingllms.models import HFChatCodec, LoraSpec, load_model, resolve_model, use_adapter
 
 STATE_FILE = "worker_state.pt"
@@ -35,6 +36,21 @@ class WorkerSpec:
     num_threads: int = 0  # 0: leave torch's default
     engine: str = "hf"
     engine_options: dict[str, Any] = field(default_factory=dict)
+    # Worker group layout (see runtime/placement.py). fsdp None: one PolicyWorker process (num_ranks must be 1);
+    # set: num_ranks FSDPRankWorker processes training one FSDP2-sharded learner.
+    num_ranks: int = 1
+    gpus_per_rank: float = 0.0
+    cpus_per_rank: float = 0.0  # Ray CPUs per rank; 0: max(1, num_threads)
+    tensor_parallel: int = 1
+    fsdp: FSDPOptions | None = None
+
+    def __post_init__(self) -> None:
+        if self.fsdp is None and self.num_ranks != 1:
+            raise ConfigError(f"policy {self.policy!r}: num_ranks={self.num_ranks} needs FSDP options (fsdp)")
+
+    @property
+    def ray_cpus_per_rank(self) -> float:
+        return self.cpus_per_rank if self.cpus_per_rank > 0 else float(max(1, self.num_threads))
 
 
 class PolicyWorker:
@@ -47,7 +63,7 @@ class PolicyWorker:
         lora_names = spec.adapters if spec.lora is not None else ()
         self.model = load_model(path, spec.dtype, spec.lora, lora_names)
         self.codec = HFChatCodec.from_pretrained(path)
-        self.engine = _make_engine(spec, self.model, self.codec)
+        self.engine = make_engine(spec, self.model, self.codec)
         self.learner = None
         if spec.trainable:
             self.learner = PolicyLearner(
@@ -102,7 +118,7 @@ class PolicyWorker:
         return [str(p) for p in self.learner.export_hf(directory)]
 
 
-def _make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):
+def make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):
     if spec.engine == "hf":
         from pettingllms.rollout.hf_engine import HFEngine
 

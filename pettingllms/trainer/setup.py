@@ -14,6 +14,7 @@ from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
 from pettingllms.core.registry import get_env_class
 from pettingllms.learner import KLConfig, LearnerConfig
+from pettingllms.learner.fsdp import FSDPOptions
 from pettingllms.models import LoraSpec
 from pettingllms.rollout.executor import AgentSpec
 from pettingllms.rollout.executor import RolloutConfig as ExecutorConfig
@@ -74,7 +75,8 @@ def plan(cfg: Config) -> RunPlan:
     )
     if advantage_config.filter not in ("none", "dapo", "std", "mean"):
         raise ConfigError(f"algorithm.filter must be none|dapo|std|mean, got {advantage_config.filter!r}")
-    worker_specs = [_worker_spec(cfg, p, len(policies)) for p in policies.values()]
+    total_ranks = sum(max(1, p.model.num_ranks) for p in policies.values())
+    worker_specs = [_worker_spec(cfg, p, total_ranks) for p in policies.values()]
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs)
 
 
@@ -88,7 +90,7 @@ def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
     return SHARED_ADAPTER if policy.model.lora.rank > 0 else None
 
 
-def _worker_spec(cfg: Config, policy: PolicyPlan, n_policies: int) -> WorkerSpec:
+def _worker_spec(cfg: Config, policy: PolicyPlan, n_ranks: int) -> WorkerSpec:
     model = policy.model
     lora = None
     if model.lora.rank > 0:
@@ -105,9 +107,47 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, n_policies: int) -> WorkerSpec
         frozen=policy.frozen_adapters,
         trainable=policy.trainable,
         seed=cfg.training.seed,
-        num_threads=model.num_threads or _thread_share(cfg, n_policies),
+        num_threads=model.num_threads or _thread_share(cfg, n_ranks),
         engine=model.engine,
+        **_worker_layout(cfg, policy, n_ranks),
     )
+
+
+def _worker_layout(cfg: Config, policy: PolicyPlan, n_ranks: int) -> dict:
+    """A policy's worker group: ranks, resources per rank, FSDP options. Checked here, before anything loads."""
+    model, where = policy.model, f"base_models.{policy.name}"
+    if model.num_ranks < 1:
+        raise ConfigError(f"{where}.num_ranks must be >= 1, got {model.num_ranks}")
+    gpus_per_rank = model.gpus_per_rank
+    if model.num_gpus and not gpus_per_rank:
+        if model.num_gpus % model.num_ranks:
+            raise ConfigError(f"{where}.num_gpus={model.num_gpus} is not a multiple of num_ranks={model.num_ranks}")
+        gpus_per_rank = model.num_gpus // model.num_ranks
+    elif model.num_gpus and model.num_gpus != model.num_ranks * gpus_per_rank:
+        raise ConfigError(
+            f"{where}: num_gpus={model.num_gpus} != num_ranks={model.num_ranks} x gpus_per_rank={gpus_per_rank}; "
+            f"set one of num_gpus or gpus_per_rank"
+        )
+    fsdp_cfg = model.fsdp
+    sharded = model.num_ranks > 1 or fsdp_cfg.enabled
+    options = FSDPOptions(fsdp_cfg.mixed_precision, fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
+    if not sharded and options != FSDPOptions():
+        raise ConfigError(f"{where}.fsdp options need an FSDP worker group: set num_ranks > 1 or fsdp.enabled=true")
+    if sharded and not cfg.resources.use_ray:
+        raise ConfigError(f"{where}: FSDP worker groups run as Ray actors; set resources.use_ray=true")
+    if options.cpu_offload and gpus_per_rank == 0:
+        raise ConfigError(f"{where}.fsdp.cpu_offload needs GPU ranks (gpus_per_rank > 0); on CPU there is nothing "
+                          f"to offload")
+    if options.mixed_precision and model.dtype != "float32":
+        raise ConfigError(f"{where}.fsdp.mixed_precision keeps float32 master weights: set {where}.dtype=float32")
+    cores = cfg.resources.num_cpus or os.cpu_count() or 1
+    return {
+        "num_ranks": model.num_ranks,
+        "gpus_per_rank": float(gpus_per_rank),
+        "cpus_per_rank": model.cpus_per_rank or float(model.num_threads or cores / n_ranks),
+        "tensor_parallel": model.tensor_parallel,
+        "fsdp": options if sharded else None,
+    }
 
 
 def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
@@ -124,6 +164,7 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
             ppo_epochs=o.ppo_epochs,
             ppo_mini_batch_size=o.ppo_mini_batch_size,
             micro_batch_max_tokens=o.micro_batch_max_tokens,
+            pack_shared_prompts=o.pack_shared_prompts,
             clip_ratio_low=a.clip_ratio_low,
             clip_ratio_high=a.clip_ratio_high,
             clip_ratio_c=a.clip_ratio_c,
@@ -138,10 +179,11 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
         raise ConfigError(f"optimisation settings: {exc}") from exc
 
 
-def _thread_share(cfg: Config, n_policies: int) -> int:
-    """Split the CPU budget evenly between policies so their workers do not oversubscribe the cores."""
+def _thread_share(cfg: Config, n_ranks: int) -> int:
+    """Split the CPU budget evenly between the policies' worker processes (one per rank) so that they do not
+    oversubscribe the cores."""
     cores = cfg.resources.num_cpus or os.cpu_count() or 1
-    return max(1, cores // n_policies)
+    return max(1, cores // n_ranks)
 
 
 def check_prompts(

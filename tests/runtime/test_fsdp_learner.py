@@ -1,0 +1,108 @@
+"""The FSDP2 learner on 2 gloo ranks takes the same step as one process, and its DCP checkpoint reshards.
+
+Two spawned processes shard a tiny model with ``fully_shard`` and train one step with each rank on its own share
+of the samples (a full model with 3 mini-batches and padding passes; LoRA with two adapter streams and activation
+checkpointing). This process trains the same step unsharded and compares weights and metrics, then loads the
+2-rank DCP checkpoint into a plain single-process learner (world size 2 -> 1) and checks that the next step
+matches an uninterrupted run too.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import pytest
+import torch
+
+from fsdp_rank_checks import CASES, build_learner, make_samples, rank_main, tiny_model
+from pettingllms.learner.fsdp import (
+    load_sharded,
+    padded_plan,
+    rank_shares,
+    trained_parameter_names,
+)
+
+METRICS = ("pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm", "num_sequences", "num_tokens", "lr")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    import torch.multiprocessing as mp
+
+    workdir = tmp_path_factory.mktemp("fsdp")
+    mp.spawn(rank_main, args=(2, _free_port(), str(workdir)), nprocs=2, join=True)
+    return workdir
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert sorted(a) == sorted(b)
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_two_ranks_take_the_single_process_step_and_reshard_to_one(two_rank_run, case):
+    folder = two_rank_run / case.name
+    sharded = torch.load(folder / "after_step_1.pt", weights_only=False)
+
+    reference = build_learner(case, tiny_model(case.lora))
+    initial = {n: p.detach().clone() for n, p in reference.model.named_parameters()}
+    expected_metrics = reference.update(*make_samples(1, case.lora))
+    expected = {n: p.detach().clone() for n, p in reference.model.named_parameters()}
+
+    assert _max_difference(sharded["weights"], expected) < 1e-5
+    trained = trained_parameter_names(reference.model, reference.adapter_names)
+    assert _max_difference({n: expected[n] for n in trained}, {n: initial[n] for n in trained}) > 1e-4  # it moved
+    for key in METRICS:
+        assert math.isclose(sharded["metrics"][key], expected_metrics[key], rel_tol=1e-4, abs_tol=1e-6), key
+    if case.lora:
+        for adapter in ("alice", "bob"):
+            key = f"adapter/{adapter}/num_tokens"
+            assert sharded["metrics"][key] == expected_metrics[key] > 0
+
+    # World size 2 -> 1: a plain learner resumes from the sharded checkpoint and takes the same next step.
+    resumed = build_learner(case, tiny_model(case.lora))
+    load_sharded(resumed, folder / "dcp", sharded["meta"])
+    assert resumed.step == 1 and resumed.lr == reference.lr
+    next_batch = make_samples(2, case.lora)
+    reference.update(*next_batch)
+    resumed.update(*next_batch)
+    after_reference = {n: p.detach() for n, p in reference.model.named_parameters()}
+    after_resumed = {n: p.detach() for n, p in resumed.model.named_parameters()}
+    assert _max_difference(after_resumed, after_reference) < 1e-5
+
+
+def test_mixed_precision_keeps_fp32_master_weights(two_rank_run):
+    result = torch.load(two_rank_run / "mixed_precision.pt", weights_only=False)
+    assert result["dtypes"] == ["torch.float32"]
+    assert math.isfinite(result["metrics"]["pg_loss"]) and result["metrics"]["grad_norm"] > 0
+
+
+def test_rank_shares_are_consistent_per_mini_batch_and_keep_prompts_together():
+    samples, _ = make_samples(3, lora=False, groups=4, k=3)  # 12 samples, 4 prompts
+    indices = list(range(len(samples)))
+    whole = rank_shares(samples, indices, mini_batch_size=6, world_size=2)
+    per_chunk = [rank_shares(samples, chunk, 6, 2) for chunk in (indices[:6], indices[6:])]
+    assert whole == [per_chunk[0][r] + per_chunk[1][r] for r in range(2)]
+    assert sorted(whole[0] + whole[1]) == indices
+    assert whole == [[0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11]]  # each rank holds whole prompt groups here
+    assert rank_shares(samples, [4], 0, 3) == [[], [], [4]]  # fewer samples than ranks: some ranks get none
+
+
+def test_padded_plan_gives_every_rank_the_same_number_of_passes():
+    plans = [["a", "b", "c"], ["d"], []]
+    assert [padded_plan(plans, r, None) for r in range(3)] == [["a", "b", "c"], ["d", None, None], [None] * 3]
