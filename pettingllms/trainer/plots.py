@@ -1,51 +1,163 @@
-"""PNG curves of a run from its summary.log: rewards, success, episode and response length, KL, validation."""
+"""PNG curves of a run from its summary.log: reward, success rate, episode length, response length and KL.
+
+Training metrics are lines per step; validation metrics (``val/<benchmark>/...``, including the step-0 validation
+before training) are points on the same panels. Per-agent panels draw one line per ``<policy>/<agent>``.
+"""
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import logging
+import math
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
-PANELS = {
-    "reward": lambda k: k.endswith("/reward_mean") and "/turn_" not in k and not k.startswith("val/"),
-    "success rate": lambda k: k == "episode/success_rate" or (k.startswith("val/") and k.endswith("success_rate")),
-    "episode length (turns)": lambda k: k.endswith("turns_mean") and not k.startswith("val/"),
-    "response length (tokens)": lambda k: k.endswith("/response_length_mean") and not k.startswith("val/"),
-    "KL": lambda k: k.endswith("/actor/kl") or k.endswith("/actor/ppo_kl"),
-}
+from pettingllms.core import DataError
 
+log = logging.getLogger("pettingllms.trainer")
 
-def read_summary(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "summary.log"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+_NAME = r"[^/]+"
+_NOT_AGENT = r"(?!(?:val|episode|timing|data)/)"  # top-level namespaces that are not policies
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+def _per_agent(metric: str) -> tuple[str, str]:
+    """Train and validation patterns of a ``<policy>/<agent>/<metric>`` key."""
+    return (rf"^{_NOT_AGENT}{_NAME}/{_NAME}/{metric}$", rf"^val/{_NAME}/{_NAME}/{_NAME}/{metric}$")
+
+
+def _team(metric: str) -> tuple[str, str]:
+    """Train and validation patterns of an ``episode/<metric>`` key."""
+    return (rf"^episode/{metric}$", rf"^val/{_NAME}/{metric}$")
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    ylabel: str
+    train: str  # regex over summary keys: drawn as lines
+    validation: str | None = None  # regex over summary keys: drawn as points
+
+
+REWARD = Panel("reward per policy/agent", "mean reward", *_per_agent("reward_mean"))
+SUCCESS = Panel("success rate", "fraction of episodes", *_team("success_rate"))
+EPISODE_LENGTH = Panel("episode length", "turns", *_team("turns_mean"))
+RESPONSE_LENGTH = Panel("response length per policy/agent", "tokens", *_per_agent("response_length_mean"))
+# kl: to the reference model (0 without one); ppo_kl: between the updated weights and those that sampled the step.
+KL = Panel("KL per policy", "KL", rf"^{_NOT_AGENT}{_NAME}/actor/(?:kl|ppo_kl)$")
+PANELS = (REWARD, SUCCESS, EPISODE_LENGTH, RESPONSE_LENGTH, KL)
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def _identity(key: str) -> str:
+    """What a curve measures, without its validation or episode prefix (``val/b/policy_0/a/x`` -> ``policy_0/a/x``)."""
+    parts = key.split("/")
+    if parts[0] == "val":
+        parts = parts[2:]
+    if parts[0] == "episode":
+        parts = parts[1:]
+    return "/".join(parts)
+
+
+@dataclass
+class PlotResult:
+    path: Path
+    panels: dict[str, list[str]] = field(default_factory=dict)  # panel title -> the summary keys drawn on it
+
+
+def read_summary(run_dir: str | Path) -> list[dict]:
+    """The rows of ``<run_dir>/summary.log``. A half-written last line (a killed run) is skipped."""
+    run_dir = Path(run_dir)
+    path = run_dir / "summary.log"
+    if not path.is_file():
+        found = sorted(p.parent for p in run_dir.glob("**/summary.log")) if run_dir.is_dir() else []
+        hint = f"; run directories below it: {[str(p) for p in found[:5]]}" if found else ""
+        raise DataError(
+            f"{run_dir} has no summary.log: pass a run directory written by `pettingllms train` "
+            f"(logs/<experiment_name>/<date>/<time>/){hint}"
+        )
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                log.warning("%s: skipping the unfinished last line %d", path, number)
+                continue
+            raise DataError(f"{path} line {number} is not JSON ({exc}); the file is damaged") from exc
+    if not rows:
+        raise DataError(f"{path} is empty: the run has not logged a step yet")
+    return rows
+
+
+def collect_series(rows: Iterable[dict]) -> dict[str, tuple[list[int], list[float]]]:
+    """key -> (steps, values), leaving out missing and non-finite values."""
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key == "step" or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            steps, values = series.setdefault(key, ([], []))
+            steps.append(int(row["step"]))
+            values.append(float(value))
+    return series
+
+
+def panel_keys(keys: Iterable[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Panel title -> (training keys, validation keys) among ``keys``, sorted."""
+    keys = sorted(keys)
+    return {
+        p.title: ([k for k in keys if re.match(p.train, k)],
+                  [k for k in keys if p.validation and re.match(p.validation, k)])
+        for p in PANELS
+    }
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> PlotResult:
+    """Draw the run's curves into ``out`` (default ``<run_dir>/curves.png``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     run_dir = Path(run_dir)
-    rows = read_summary(run_dir)
-    series: dict[str, dict[str, list]] = defaultdict(lambda: {"x": [], "y": []})
-    for row in rows:
-        for key, value in row.items():
-            if key != "step" and value is not None:
-                series[key]["x"].append(row["step"])
-                series[key]["y"].append(value)
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(8, 3 * len(PANELS)), sharex=True)
-    for ax, (title, wanted) in zip(axes, PANELS.items()):
-        for key in sorted(k for k in series if wanted(k)):
-            style = "o--" if key.startswith("val/") else "-"
-            ax.plot(series[key]["x"], series[key]["y"], style, label=key, markersize=4)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7, loc="best")
-    axes[-1].set_xlabel("step")
-    fig.tight_layout()
+    series = collect_series(read_summary(run_dir))
+    chosen = panel_keys(series)
     out = Path(out) if out else run_dir / "curves.png"
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = PlotResult(out)
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(9, 3 * len(PANELS)), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    try:
+        for ax, panel in zip(axes, PANELS):
+            train, validation = chosen[panel.title]
+            # A policy/agent keeps one colour for its training line and its validation points; benchmarks differ
+            # by marker.
+            identities = sorted({_identity(k) for k in train + validation})
+            color = {i: colors[n % len(colors)] for n, i in enumerate(identities)}
+            benchmarks = sorted({k.split("/")[1] for k in validation})
+            for key in train:
+                ax.plot(*series[key], "-", color=color[_identity(key)], label=key, linewidth=1.2)
+            for key in validation:
+                marker = MARKERS[benchmarks.index(key.split("/")[1]) % len(MARKERS)]
+                ax.plot(*series[key], marker=marker, linestyle=":", color=color[_identity(key)], label=key,
+                        markersize=6, linewidth=0.8)
+            result.panels[panel.title] = train + validation
+            ax.set_title(panel.title)
+            ax.set_ylabel(panel.ylabel)
+            ax.grid(alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7, loc="best")
+            else:
+                ax.text(0.5, 0.5, "no data in summary.log", ha="center", va="center", transform=ax.transAxes)
+        axes[-1].set_xlabel("step")
+        fig.suptitle(str(run_dir), fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
+    return result

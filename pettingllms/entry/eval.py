@@ -1,0 +1,36 @@
+"""``pettingllms eval``: compose ``configs/eval.yaml`` with Hydra overrides, evaluate, print the summary."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Sequence
+
+from pettingllms.core import PettingLLMsError
+from pettingllms.entry.train import parse_args
+
+
+def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_dir: str | None = None,
+             print_table: bool = True):
+    from pettingllms.config.load import compose, to_schema
+    from pettingllms.config.schema import EvalRunConfig
+    from pettingllms.core import ConfigError
+    from pettingllms.eval.runner import run_evaluation
+
+    cfg = to_schema(compose(config_name, overrides, config_dir))
+    if not isinstance(cfg, EvalRunConfig):
+        raise ConfigError(f"config {config_name!r} is not an evaluation config: its defaults must start with "
+                          "pettingllms_eval_schema (or the eval config), as configs/eval.yaml does")
+    return run_evaluation(cfg, print_table=print_table)
+
+
+def eval_command(argv: Sequence[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    name, directory, overrides = parse_args(["--config-name", "eval", *argv])  # a later --config-name wins
+    try:
+        result = run_eval(name, overrides, directory)
+    except PettingLLMsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"run directory: {result.run_dir}")
+    return 0

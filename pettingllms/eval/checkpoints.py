@@ -1,0 +1,111 @@
+"""Trainer checkpoints as evaluation input.
+
+A run directory (``logs/<experiment>/<date>/<time>``) holds the run's ``config.yaml`` and
+``checkpoints/step_N/policies/<policy>/worker_state.pt`` (``trainer.checkpoint``, ``runtime.worker``). The
+model side of the evaluation (``specialization``, ``base_models``, ``agents``, ``env.agents``) comes from the run's
+config, so every agent gets the policy and LoRA adapter it was trained with; the task side (env, benchmarks,
+sampling) comes from the evaluation config. Weights come from the learner state in ``worker_state.pt`` (full
+weights, or the adapters under LoRA); no optimiser is built.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pettingllms.config.load import to_schema
+from pettingllms.config.schema import Config
+from pettingllms.core import ConfigError
+from pettingllms.models import adapter_names
+from pettingllms.runtime.worker import STATE_FILE as WORKER_STATE_FILE
+from pettingllms.trainer import checkpoint as ckpt
+
+log = logging.getLogger("pettingllms.eval")
+RUN_CONFIG = "config.yaml"
+POLICIES_DIR = "policies"  # where Trainer.save_checkpoint writes the policy group's state
+
+
+def resolve_checkpoint(spec: str) -> tuple[Path, Path]:
+    """(checkpoint dir, run dir) for a run directory (its latest checkpoint) or a ``checkpoints/step_N`` dir."""
+    path = Path(spec).expanduser()
+    if (path / ckpt.STATE_FILE).is_file():
+        return path, path.parents[1]
+    if (path / "checkpoints").is_dir():
+        latest = ckpt.latest_checkpoint(path / "checkpoints")
+        if latest is None:
+            raise ConfigError(f"model.checkpoint={spec!r}: {path / 'checkpoints'} has no complete checkpoint "
+                              f"(no '{ckpt.LATEST}' pointer to a step directory)")
+        return latest, path
+    raise ConfigError(f"model.checkpoint={spec!r} is neither a trainer run directory (with checkpoints/) nor a "
+                      f"checkpoints/step_N directory (with {ckpt.STATE_FILE})")
+
+
+def read_run_config(run_dir: Path) -> Config:
+    """The training config a run was started with."""
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        raise ConfigError(f"run directory {run_dir} has no {RUN_CONFIG}; cannot tell which model it trained")
+    try:
+        return to_schema(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path)))
+    except (OmegaConfBaseException, ConfigError) as exc:
+        raise ConfigError(f"{path} does not match this version's config schema: {exc}") from exc
+
+
+def with_model_of_run(cfg: Config, run: Config) -> Config:
+    """The evaluation config with the run's model side: specialization, base models, agents' policies/adapters.
+
+    Agent entries in the evaluation config replace the run's entries of the same role; ``env.agents`` set in
+    the evaluation config wins over the run's.
+    """
+    out = copy.deepcopy(cfg)
+    out.specialization = run.specialization
+    out.base_models = copy.deepcopy(run.base_models)
+    out.agents = {**copy.deepcopy(run.agents), **copy.deepcopy(cfg.agents)}
+    if cfg.env.agents is None:
+        out.env.agents = copy.deepcopy(run.env.agents)
+    return out
+
+
+def load_policy_weights(model: torch.nn.Module, checkpoint: Path, policy: str, adapters: tuple[str, ...]) -> str:
+    """Copy a policy's trained weights from the checkpoint into ``model``; returns a one-line description.
+
+    ``model`` must be built like the trainer built it (same base, same LoRA adapters).
+    """
+    folder = checkpoint / POLICIES_DIR
+    path = folder / policy / WORKER_STATE_FILE
+    if not path.is_file():
+        found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        raise ConfigError(f"checkpoint {checkpoint} has no state for policy {policy!r} (expected {path}); "
+                          f"it has policies {found}")
+    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    learner = state.get("learner")
+    if learner is None:
+        log.info("policy %s was not trained in this run (no learner state): evaluating its base weights", policy)
+        return "base weights (the policy was not trained)"
+    saved_adapters = tuple(learner.get("adapter_names", ()))
+    missing = [a for a in adapters if a not in saved_adapters]
+    if missing:
+        raise ConfigError(f"the evaluation needs LoRA adapters {missing} on policy {policy!r}, but checkpoint "
+                          f"{checkpoint} trained {list(saved_adapters)}: evaluate the env it was trained on")
+    if tuple(adapter_names(model)) and not saved_adapters:
+        raise ConfigError(f"policy {policy!r} is set up with LoRA adapters but {checkpoint} holds full weights")
+    weights = learner["model"]
+    if saved_adapters:  # adapter weights only; skip adapters of agents this evaluation does not run
+        own = set(model.state_dict())
+        weights = {name: value for name, value in weights.items() if name in own}
+        empty = [a for a in adapters if not any(f".{a}." in name for name in weights)]
+        if empty:
+            raise ConfigError(f"checkpoint {checkpoint} names adapters {empty} of policy {policy!r} but holds no "
+                              "weights for them")
+    try:
+        model.load_state_dict(weights, strict=not saved_adapters)
+    except RuntimeError as exc:
+        raise ConfigError(f"checkpoint weights of policy {policy!r} do not fit the model built from "
+                          f"base_models.{policy}: {exc}") from exc
+    suffix = f", adapters {list(adapters)}" if saved_adapters else ""
+    return f"trained weights from {checkpoint} (learner step {learner.get('step')}){suffix}"

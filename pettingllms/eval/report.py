@@ -1,0 +1,58 @@
+"""The evaluation summary as tables on the console (rich) and as ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+SUMMARY_FILE = "summary.json"
+
+
+def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
+    path = run_dir / SUMMARY_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def print_summary(summary: Mapping[str, Any], console: Console | None = None) -> None:
+    """Headline table (pass@k, success by turn) and a per-agent table, one row per benchmark (and agent)."""
+    console = console or Console()
+    ks = summary["settings"]["k"]
+    s = summary["settings"]
+    sampling = "greedy" if s["temperature"] == 0 else f"T={s['temperature']} top_p={s['top_p']} top_k={s['top_k']}"
+    headline = Table(title=f"pettingllms eval: n={s['n']} sample(s) per problem, {sampling}")
+    headline.add_column("benchmark", no_wrap=True)
+    for column in ("problems", *[f"pass@{k}" for k in ks]):
+        headline.add_column(column, justify="right")
+    headline.add_column("solved by turn")
+    headline.add_column("turns", justify="right")
+    headline.add_column("failed", justify="right")  # failed generations
+    agents = Table(title="per agent (solved: after the agent's action)")
+    agents.add_column("benchmark", no_wrap=True)
+    agents.add_column("agent", no_wrap=True)
+    for column in ("actions", "solved", "reward", "local", "tokens"):
+        agents.add_column(column, justify="right")
+    for key, b in summary["benchmarks"].items():
+        by_turn = " ".join(_pct(v) for v in b["success_by_turn"].values()) or "-"
+        headline.add_row(key, str(b["problems"]), *[_pct(b[f"pass@{k}"]) for k in ks], by_turn,
+                         _num(b["turns_mean"]), _pct(b["failed_generation_ratio"]))
+        for agent, a in b["agents"].items():
+            agents.add_row(key, agent, str(int(a["actions"])), _pct(a["success_after_action"]), _num(a["reward_mean"]),
+                           _num(a["local_reward_mean"]), _num(a["response_tokens_mean"], 1))
+    console.print(headline)
+    console.print(agents)
+    console.print(f"records and {SUMMARY_FILE}: {summary['run_dir']}")
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"

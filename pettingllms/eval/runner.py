@@ -1,0 +1,206 @@
+"""``run_evaluation``: benchmarks x independent samples through the training stack's executor, then pass@k.
+
+Reads top to bottom:
+1. check everything that needs no model: settings, checkpoint, envs, agents, benchmark files;
+2. load each policy once (or connect to its server) and check every first prompt's length;
+3. per env, one ``Executor`` in validation mode (independent episodes, the eval sampling for every agent);
+   per benchmark, batches of problems x ``eval.n`` samples, each batch's records appended to its JSONL file;
+4. per benchmark, the summary from its records; ``summary.json`` and the tables.
+
+Run directory: ``<eval.log_dir>[/<eval.name>]/<date>/<time>/`` with ``config.yaml``, ``eval.log``,
+``records/<env>/<benchmark>.jsonl`` (one line per problem) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from pettingllms.config.schema import EvalRunConfig
+from pettingllms.core import ConfigError, Problem
+from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint, with_model_of_run
+from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_needs
+from pettingllms.eval.records import benchmark_summary, problem_record, sample_record
+from pettingllms.eval.report import print_summary, write_summary
+from pettingllms.eval.tasks import Benchmark, EnvTask, EvalSettings, check_agent_names, eval_settings, plan_tasks
+from pettingllms.eval.trace import success_trace
+from pettingllms.rollout.executor import Executor, RolloutResult
+from pettingllms.rollout.policy_client import PolicyClient
+from pettingllms.trainer.run_dir import LOGGER_NAME, new_run_dir
+from pettingllms.trainer.setup import check_prompts
+
+log = logging.getLogger("pettingllms.eval")
+
+
+@dataclass
+class EvalResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | None = None,
+                   print_table: bool = True) -> EvalResult:
+    """Evaluate ``cfg``'s model on its benchmarks. ``clients`` (policy -> client) replaces model loading."""
+    started, start = datetime.now(), time.perf_counter()
+    # 1. Everything that needs no model: settings, checkpoint, envs, agents, benchmark files.
+    settings = eval_settings(cfg.eval)
+    cfg, checkpoint, tasks = prepare(cfg)
+    # 2. The models (or the server), then every first prompt against the length limit.
+    policies = _policies(cfg, tasks, settings, checkpoint, clients)
+    try:
+        for task in tasks:
+            for bench in task.benchmarks:
+                check_prompts(task.plan, policies.clients, bench.problems, cfg.training.max_prompt_length,
+                              f"benchmark {bench.key!r}")
+        run_dir = new_run_dir(cfg.eval.log_dir, cfg.eval.name, now=started)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        # 3. Roll out and record, benchmark by benchmark.
+        results = {}
+        with _eval_log(run_dir):
+            for task in tasks:
+                executor = _executor(task, policies, settings, cfg)
+                for bench in task.benchmarks:
+                    results[bench.key] = run_benchmark(executor, task, bench, settings, run_dir)
+    finally:
+        policies.close()
+    # 4. The summary: summary.json and the tables.
+    summary = {
+        "run_dir": str(run_dir),
+        "started": started.isoformat(timespec="seconds"),
+        "elapsed_s": time.perf_counter() - start,
+        "model": _model_description(cfg, tasks, policies, checkpoint),
+        "settings": {"n": settings.n, "k": list(settings.ks), **dataclasses.asdict(settings.sampling),
+                     "seed": settings.seed, "max_prompt_length": cfg.training.max_prompt_length},
+        "benchmarks": results,
+    }
+    if policies.engines:
+        summary["server"] = {policy: engine.stats.as_dict() for policy, engine in policies.engines.items()}
+    write_summary(run_dir, summary)
+    if print_table:
+        print_summary(summary)
+    return EvalResult(run_dir, summary)
+
+
+def prepare(cfg: EvalRunConfig) -> tuple[EvalRunConfig, Path | None, list[EnvTask]]:
+    """The config with a checkpoint's model side, the checkpoint, and every env's plan and problems."""
+    check_sources(cfg)
+    checkpoint, user_cfg = None, cfg
+    if cfg.model.checkpoint:
+        checkpoint, run = resolve_checkpoint(cfg.model.checkpoint)
+        cfg = with_model_of_run(cfg, read_run_config(run))
+    tasks = plan_tasks(cfg)
+    check_agent_names(user_cfg, tasks)  # not the run's own agent entries: they name the roles it trained
+    return cfg, checkpoint, tasks
+
+
+def check_sources(cfg: EvalRunConfig) -> None:
+    """At most one of checkpoint / adapters / server: each replaces where the weights come from."""
+    m = cfg.model
+    chosen = [name for name, value in (("model.checkpoint", m.checkpoint), ("model.adapters", m.adapters),
+                                       ("model.server_url", m.server_url)) if value]
+    if len(chosen) > 1:
+        raise ConfigError(f"{' and '.join(chosen)} both say where the weights come from; keep one")
+
+
+def run_benchmark(executor: Executor, task: EnvTask, bench: Benchmark, settings: EvalSettings,
+                  run_dir: Path) -> dict[str, Any]:
+    """Roll out every problem ``settings.n`` times, write its records, and summarise them."""
+    start = time.perf_counter()
+    path = run_dir / "records" / task.env_name / f"{bench.name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, Any]] = []
+    timings: dict[str, float] = defaultdict(float)
+    with path.open("w") as fh, tqdm(total=len(bench.problems), desc=bench.key, unit="problem",
+                                     dynamic_ncols=True) as bar:
+        for first in range(0, len(bench.problems), settings.batch_problems):
+            chunk = bench.problems[first:first + settings.batch_problems]
+            seeds = list(range(first, first + len(chunk)))  # the trainer's validation seeds: the problem index
+            result = executor.run(chunk, seeds, validation=True, n=settings.n)
+            for record in batch_records(task, bench.key, chunk, seeds, result, settings):
+                fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+                records.append(record)
+            for name, value in result.timings.items():
+                timings[name] += value
+            bar.update(len(chunk))
+    summary = {"env": task.env_name, "benchmark": bench.name, "records": str(path.relative_to(run_dir)),
+               **benchmark_summary(records, settings.ks, task.plan.env.max_turns),
+               "elapsed_s": time.perf_counter() - start, "timings": dict(timings)}
+    log.info("%s: %s", bench.key, {k: v for k, v in summary.items() if k.startswith("pass@")})
+    return summary
+
+
+def batch_records(task: EnvTask, key: str, problems: list[Problem], seeds: list[int], result: RolloutResult,
+                  settings: EvalSettings) -> list[dict[str, Any]]:
+    """One record per problem. The executor returns a problem's n independent episodes consecutively."""
+    samples = defaultdict(list)
+    for s in result.samples:
+        samples[s.episode].append(s)
+    if len(result.episodes) != len(problems) * settings.n:
+        raise RuntimeError(f"expected {len(problems)} x {settings.n} episodes, got {len(result.episodes)}")
+    env, agents = task.plan.env, {role: spec.agent for role, spec in task.plan.agent_specs.items()}
+    records = []
+    for slot, (problem, seed) in enumerate(zip(problems, seeds)):
+        episodes = result.episodes[slot * settings.n:(slot + 1) * settings.n]
+        if any(e.problem_id != problem.problem_id for e in episodes):
+            raise RuntimeError(f"episodes of problem {problem.problem_id!r} are out of order")
+        rows = [sample_record(e, samples[e.episode], success_trace(env, agents, problem, seed, e), env.max_turns)
+                for e in episodes]
+        records.append(problem_record(key, problem.problem_id, rows, settings.ks))
+    return records
+
+
+def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, checkpoint: Path | None,
+              clients: Mapping[str, PolicyClient] | None) -> LoadedPolicies:
+    if clients is not None:
+        return LoadedPolicies(dict(clients), described={p: "client given by the caller" for p in clients})
+    roles = list(dict.fromkeys(role for t in tasks for role in t.plan.agents))
+    needs = merge_needs([spec for t in tasks for spec in t.plan.worker_specs])
+    return load_policies(cfg.model, needs, roles, settings.seed, checkpoint)
+
+
+def _executor(task: EnvTask, policies: LoadedPolicies, settings: EvalSettings, cfg: EvalRunConfig) -> Executor:
+    """The trainer's executor with the eval sampling for every agent (validation mode is independent episodes)."""
+    specs = {
+        role: dataclasses.replace(spec, val_sampling=settings.sampling,
+                                  adapter=policies.agent_adapters.get(role, spec.adapter))
+        for role, spec in task.plan.agent_specs.items()
+    }
+    config = dataclasses.replace(task.plan.executor_config, max_prompt_length=cfg.training.max_prompt_length,
+                                 max_response_length=settings.sampling.max_tokens)
+    return Executor(task.plan.env, specs, policies.clients, config)
+
+
+def _model_description(cfg: EvalRunConfig, tasks: list[EnvTask], policies: LoadedPolicies,
+                       checkpoint: Path | None) -> dict[str, Any]:
+    agents = {}
+    for task in tasks:
+        for role, spec in task.plan.agent_specs.items():
+            agents[role] = {"policy": spec.policy, "adapter": policies.agent_adapters.get(role, spec.adapter)}
+    return {"specialization": cfg.specialization, "checkpoint": str(checkpoint) if checkpoint else None,
+            "policies": policies.described, "agents": agents}
+
+
+@contextmanager
+def _eval_log(run_dir: Path) -> Iterator[None]:
+    """The library's log lines also go to ``<run_dir>/eval.log`` while the evaluation runs."""
+    handler = logging.FileHandler(run_dir / "eval.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()

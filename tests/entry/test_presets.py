@@ -1,0 +1,71 @@
+"""Experiment presets (configs/experiment/*.yaml) compose onto train.yaml with ``+experiment=<name>``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pettingllms.config.load import CONFIG_DIR
+from pettingllms.entry.train import load_config
+
+PAPER = {  # preset -> (env, agents, K, max_turns): the reference's launch-script values (REFERENCE_NOTES §9)
+    "paper_math": ("math", {"reasoner", "tool"}, 8, 4),
+    "paper_code": ("code", {"coder", "tester"}, 8, 5),
+    "paper_sokoban": ("sokoban", {"tool_agent", "plan_agent"}, 4, 4),
+    "paper_sudoku": ("sudoku", {"tool_agent", "plan_agent"}, 8, 4),
+    "paper_plan_path": ("plan_path", {"tool_agent", "plan_agent"}, 8, 4),
+}
+
+
+def env_roles(name: str) -> set[str]:
+    from pettingllms.core.registry import get_env_class
+
+    return set(get_env_class(name).graph.agents)
+
+
+def test_every_preset_file_is_global_and_tested():
+    presets = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+    assert presets == sorted([*PAPER, "quick_test"])
+    for name in presets:
+        first = (CONFIG_DIR / "experiment" / f"{name}.yaml").read_text().splitlines()[0]
+        assert first == "# @package _global_", f"{name}.yaml must start with '# @package _global_'"
+
+
+@pytest.mark.parametrize("name", sorted(PAPER))
+def test_paper_presets_carry_the_papers_settings(name):
+    env, agents, branching, turns = PAPER[name]
+    cfg = load_config("train", [f"+experiment={name}"])
+    assert cfg.base_models["policy_0"].path == "Qwen/Qwen3-1.7B"
+    assert (cfg.env.name, set(cfg.agents), cfg.rollout.branching, cfg.env.max_turns) == (env, agents, branching, turns)
+    assert env_roles(env) == agents  # the preset configures the env's real roles
+    t = cfg.training
+    assert (t.total_training_steps, t.train_batch_size, t.val_freq) == (200, 32, 10)
+    assert (t.max_prompt_length, t.max_response_length) == (4096, 2048)
+    assert (cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.ppo_mini_batch_size) == (5e-6, 10, 16)
+    assert cfg.algorithm.kl.init_kl_coeff == 0.0 and cfg.rollout.mode == "tree"
+    assert t.experiment_name == name
+
+
+def test_presets_take_further_overrides():
+    cfg = load_config("train", ["+experiment=paper_math", "specialization=L3", "training.total_training_steps=5"])
+    assert cfg.specialization == "L3" and cfg.training.total_training_steps == 5
+
+
+def test_quick_test_is_a_tiny_cpu_run():
+    cfg = load_config("train", ["+experiment=quick_test"])
+    assert cfg.base_models["policy_0"].path == "tiny-random-smollm2"
+    assert cfg.training.total_training_steps == 2 and cfg.training.resume == "none"
+    assert set(cfg.agents) == env_roles(cfg.env.name) == {"solver", "checker"}
+
+
+@pytest.mark.slow
+def test_quick_test_runs_end_to_end(tmp_path):
+    from pettingllms.cli import main
+
+    assert main(["train", "+experiment=quick_test", f"training.log_dir={tmp_path}"]) == 0
+    (run,) = tmp_path.glob("quick_test/*/*")
+    rows = [json.loads(line) for line in (run / "summary.log").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and "val/procedural/success_rate" in rows[-1]
+    assert (run / "curves.png").is_file() and Path(run / "hf" / "policy_0").is_dir()

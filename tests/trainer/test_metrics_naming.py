@@ -1,0 +1,55 @@
+"""Metric keys: everything per agent is ``<policy>/<agent>/...``; team outcomes are ``episode/...``."""
+
+from __future__ import annotations
+
+import pytest
+
+from pettingllms.core import EpisodeRecord, Sample
+from pettingllms.trainer.metrics import episode_metrics, sample_metrics
+
+
+def sample(policy, agent, episode, turn, branch, reward, chosen, failed=False):
+    return Sample(policy=policy, agent=agent, turn=turn, group=(0, turn, agent), episode=episode, problem_id="p",
+                  branch=branch, prompt_ids=(1, 2, 3), response_ids=(4,) * (branch + 1), response_logprobs=(),
+                  reward=reward, chosen=chosen, failed=failed)
+
+
+SAMPLES = [
+    # episode e0: alice (policy_0) acts at turns 0 and 1, bob (policy_1) at turn 0; two branches per node
+    sample("policy_0", "alice", "e0", 0, 0, 1.0, chosen=True),
+    sample("policy_0", "alice", "e0", 0, 1, 0.0, chosen=False),
+    sample("policy_0", "alice", "e0", 1, 0, 0.0, chosen=False),
+    sample("policy_0", "alice", "e0", 1, 1, 2.0, chosen=True),
+    sample("policy_1", "bob", "e0", 0, 0, 0.5, chosen=True),
+    sample("policy_1", "bob", "e0", 0, 1, 3.0, chosen=False, failed=True),  # failed: never counted
+    # episode e1: only alice acts
+    sample("policy_0", "alice", "e1", 0, 0, 0.0, chosen=False),
+    sample("policy_0", "alice", "e1", 0, 1, 1.0, chosen=True),
+]
+
+
+def test_per_agent_keys_are_namespaced_by_policy_and_agent():
+    metrics = sample_metrics(SAMPLES)
+    pairs = {(s.policy, s.agent) for s in SAMPLES}
+    for key in metrics:
+        policy, agent, *rest = key.split("/")
+        assert (policy, agent) in pairs and rest, key
+    assert {"policy_0/alice/turn_1/reward_mean", "policy_1/bob/response_length_mean"} <= set(metrics)
+
+
+def test_episode_return_follows_the_chosen_branches():
+    metrics = sample_metrics(SAMPLES)
+    # alice: e0 = 1.0 + 2.0, e1 = 1.0 -> mean 2.0; bob: e0 = 0.5, e1 = 0 (did not act) -> mean 0.25
+    assert metrics["policy_0/alice/episode_return_mean"] == pytest.approx(2.0)
+    assert metrics["policy_1/bob/episode_return_mean"] == pytest.approx(0.25)
+    assert metrics["policy_1/bob/reward_mean"] == pytest.approx(0.5)  # the failed sample is left out
+    assert metrics["policy_1/bob/failed_ratio"] == pytest.approx(0.5)
+
+
+def test_episode_metrics_are_team_level_only():
+    episodes = [EpisodeRecord("e0", "p", 2, True, False, True, 1.0, {"alice": 3.0, "bob": 0.5}),
+                EpisodeRecord("e1", "p", 1, False, True, False, 0.0, {"alice": 1.0})]
+    metrics = episode_metrics(episodes, prefix="val/bench")
+    assert set(metrics) == {f"val/bench/{m}" for m in
+                            ("success_rate", "turns_mean", "team_reward_mean", "terminated_ratio", "error_ratio")}
+    assert metrics["val/bench/success_rate"] == 0.5 and metrics["val/bench/turns_mean"] == 1.5
