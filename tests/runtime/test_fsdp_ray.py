@@ -54,6 +54,9 @@ def comparable(run_dir: Path) -> dict[int, dict[str, float]]:
     return {r["step"]: {k: v for k, v in r.items() if not any(t in k for t in VOLATILE)} for r in rows}
 
 
+# Four gloo ranks and their engines share two cores: a few minutes on a quiet machine, and more than the default
+# 600 s when other jobs load it (measured 385 s at load ~9, and a timeout at load ~10 in a fresh clone).
+@pytest.mark.timeout(1800)
 def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path):
     straight, _ = run_training("train", BASE + [f"training.log_dir={tmp_path}", "training.resume=none",
                                                 "training.save_freq=1"])
