@@ -29,7 +29,7 @@ def main() -> None:
     figures = soak(args.programs, max_workers=args.workers)
     figures["flat"] = (figures["wrong_result_count"] == 0 and figures["zombie_children_after"] == 0
                        and figures["surviving_marked_processes"] == 0 and figures["leftover_work_dirs"] == 0
-                       and figures["open_fds_after"] == figures["open_fds_before"])
+                       and figures["open_fds_after"] <= figures["open_fds_before"])
     report = {"benchmark": "sandbox_soak", "machine": machine_info(), **figures}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import gc
 import glob
 import os
 import platform
@@ -112,6 +113,7 @@ def _soak(n_programs: int, max_workers: int, sandbox: Sandbox, limits: Limits | 
     wrong: list[str] = []
     with SandboxPool(max_workers, sandbox=sandbox) as pool:
         pool.run("print('warm-up')", limits=limits)  # first run pays for probing the layer
+        gc.collect()  # files that earlier work left for the collector must not close mid-soak and hide a leak
         fds_before, rss_before = open_fd_count(), rss_kib()
         start = time.monotonic()
         futures = collections.deque()
@@ -128,6 +130,7 @@ def _soak(n_programs: int, max_workers: int, sandbox: Sandbox, limits: Limits | 
                 samples.append((i + 1, open_fd_count(), rss_kib()))
         elapsed = time.monotonic() - start
         metrics = pool.metrics
+    gc.collect()
     return {
         "programs": n_programs,
         "workers": max_workers,

@@ -25,6 +25,7 @@ def run_quick(name: str, out: Path) -> dict:
     sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     module.main(["--quick", "--out-dir", str(out)])
     report = json.loads((out / f"{name}.json").read_text())

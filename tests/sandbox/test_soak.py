@@ -14,7 +14,8 @@ def assert_flat(figures: dict) -> None:
     assert figures["zombie_children_after"] == 0
     assert figures["surviving_marked_processes"] == 0
     assert figures["leftover_work_dirs"] == 0
-    assert figures["open_fds_after"] == figures["open_fds_before"]
+    # Fewer is fine: another test's file may be collected meanwhile; one more per run would be a leak.
+    assert figures["open_fds_after"] <= figures["open_fds_before"], figures["samples_done_fds_rss_kib"]
     assert figures["rss_kib_after"] - figures["rss_kib_before"] < RSS_GROWTH_LIMIT_KIB
     assert figures["pool_metrics"]["infrastructure_errors"] == 0
     assert figures["pool_metrics"]["completed"] == figures["programs"] + 1  # plus the warm-up
