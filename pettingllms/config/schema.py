@@ -35,11 +35,12 @@ class ModelConfig:
     dtype: str = "float32"  # float32 | bfloat16 (training autocast and generation)
     lora: LoraConfig = field(default_factory=LoraConfig)
     engine: str = "hf"  # hf (transformers, CPU default) | vllm (GPU)
+    engine_options: Dict[str, Any] = field(default_factory=dict)  # engine keywords, e.g. vLLM gpu_memory_utilization
     num_gpus: int = 0  # GPUs for this policy's worker group (0: CPU); = num_ranks x gpus_per_rank
     tensor_parallel: int = 1  # vLLM tensor parallelism (GPU_num in the scripts)
     num_threads: int = 0  # torch threads in this policy's worker; 0 = share the CPU budget evenly
     num_ranks: int = 1  # FSDP2 data-parallel ranks (one Ray actor each) training this policy; docs/distributed.md
-    gpus_per_rank: int = 0  # GPUs per rank; 0 = num_gpus / num_ranks
+    gpus_per_rank: float = 0.0  # GPUs per rank; 0 = num_gpus / num_ranks; < 1: a share of one GPU (TP=1, one rank)
     cpus_per_rank: float = 0.0  # Ray CPUs per rank; 0 = num_threads if set, else the CPUs split over all ranks
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
 

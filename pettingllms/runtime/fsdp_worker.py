@@ -13,10 +13,10 @@ Design, and why:
   The alternative, every rank unsharding the model and generating a slice of the requests, would tie every
   generation call to a collective across ranks; this way the engine sees exactly what a single-process worker
   sees (sampling does not depend on the number of ranks) and the same hand-off serves an engine that keeps
-  its own copy of the weights, such as vLLM: an engine with ``sync_weights(named_tensors)`` (the vLLM engine's
-  method) is given the stream directly; the transformers engine's module is filled with ``load_weights_into``.
-  The cost is one extra full copy of the model on rank 0 (for LoRA only the adapters are streamed after the
-  first sync).
+  its own copy of the weights, such as vLLM: the vLLM engine is given the stream through ``EngineSync``
+  (runtime/engine_sync.py: full tensors, or each adapter's LoRA tensors) and sleeps while the ranks train; the
+  transformers engine's module is filled with ``load_weights_into``. The cost is one extra full copy of the
+  model on rank 0 (for LoRA only the adapters are streamed after the first sync).
 - Checkpoints are sharded (torch.distributed.checkpoint) and reshard on load, so a run can resume with another
   number of ranks. Rank 0 also writes the learner state every rank shares and the engine's RNG; each rank
   writes its own torch RNG state.
@@ -45,6 +45,7 @@ from pettingllms.learner.fsdp import (
 )
 from pettingllms.learner.learner import export_hf_model
 from pettingllms.models import HFChatCodec, load_model, resolve_model, use_adapter
+from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
 from pettingllms.runtime.worker import WorkerSpec, make_engine
 
 log = logging.getLogger("pettingllms.runtime")
@@ -119,8 +120,10 @@ class FSDPRankWorker:
         else:
             self._model = shard_model(model, spec.fsdp, device)
         if self.rank == 0:
-            self.engine_model = load_model(path, spec.dtype, spec.lora, names).to(device)
+            if spec.engine == "hf":  # the transformers engine generates from a full copy on rank 0
+                self.engine_model = load_model(path, spec.dtype, spec.lora, names).to(device)
             self.engine = make_engine(spec, self.engine_model, HFChatCodec.from_pretrained(path))
+        self.sync = EngineSync(self.engine, peft_adapter_configs(model, names))
         self._push_weights(trained_only=False)  # the engine starts from exactly the learner's weights
         return spec.policy
 
@@ -137,6 +140,7 @@ class FSDPRankWorker:
         """One training iteration on the whole batch (every rank gets all of it), then the engine weight sync."""
         if self.learner is None:
             return {}
+        self.sync.release_for_update()
         start = time.perf_counter()
         metrics = dict(self.learner.update(samples, advantages))
         metrics["timing/update_s"] = time.perf_counter() - start
@@ -159,13 +163,10 @@ class FSDPRankWorker:
 
     def _push_weights(self, trained_only: bool) -> None:
         stream = self.full_weights(trained_only)
-        if self.engine is None:
-            for _ in stream:  # take part in every all-gather, keep nothing
-                pass
-        elif hasattr(self.engine, "sync_weights"):
-            self.engine.sync_weights(stream)
-        else:
+        if self.engine_model is not None:
             load_weights_into(self.engine_model, stream)
+        else:  # vLLM on rank 0 (tensors or adapters from memory); other ranks take part in the all-gathers only
+            self.sync.push(stream)
 
     # ------------------------------------------------------------------------------------------ state
     def save(self, directory: str) -> None:
@@ -199,14 +200,34 @@ class FSDPRankWorker:
         self._push_weights(trained_only=False)
 
     def export_hf(self, directory: str) -> list[str]:
-        """Hugging Face weights from rank 0's full copy (current after every update); other ranks write nothing."""
-        if self.learner is None or self.rank != 0:
-            return []
-        return [str(p) for p in export_hf_model(self.engine_model, self.learner.adapter_names, directory)]
+        """Hugging Face weights from rank 0's full copy (current after every update); other ranks write nothing.
 
-    def shutdown(self) -> None:
+        With vLLM, rank 0 keeps no transformers copy: every rank gathers the weights (a collective) and rank 0
+        loads them into a host-memory model to write it.
+        """
+        if self.learner is None:
+            return []
+        model = self.engine_model
+        if self.spec.engine != "hf":  # decided alike on every rank: the gather below is a collective
+            stream = self.full_weights()
+            if self.rank != 0:
+                for _ in stream:
+                    pass
+                return []
+            spec = self.spec
+            model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora, self.learner.adapter_names)
+            load_weights_into(model, stream)
+        if self.rank != 0:
+            return []
+        return [str(p) for p in export_hf_model(model, self.learner.adapter_names, directory)]
+
+    def close(self) -> None:
+        """Stop rank 0's engine processes (vLLM) and leave the policy's process group."""
         import torch.distributed as dist
 
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

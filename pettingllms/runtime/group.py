@@ -26,6 +26,7 @@ from pettingllms.runtime.placement import PolicyDemand, release, reserve
 from pettingllms.runtime.worker import PolicyWorker, WorkerSpec
 
 log = logging.getLogger("pettingllms.runtime")
+CLOSE_TIMEOUT_S = 60.0  # seconds the workers get to stop their engines before they are killed
 
 
 class _LocalClient:
@@ -79,6 +80,9 @@ class PolicyGroup:
             kwargs = {"namespace": namespace, "include_dashboard": False, "log_to_driver": True}
             if not address:
                 kwargs["num_cpus"] = num_cpus or os.cpu_count()
+                # Ray starts workers at nice 15; ours do the compute the driver waits for, so on a shared host
+                # any other process would starve them. The raylet reads this from its environment.
+                os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(address=address, **kwargs)
             self._started_ray = True
         try:
@@ -154,12 +158,18 @@ class PolicyGroup:
 
     def shutdown(self) -> None:
         if not self.use_ray:
+            for worker in self.workers.values():
+                worker.close()
             return
         import ray
 
-        for actors in self.ranks.values():
-            for actor in actors:
-                ray.kill(actor)
+        actors = [actor for group in self.ranks.values() for actor in group]
+        try:  # let engines stop their own processes (vLLM) and FSDP groups leave their collectives
+            ray.get([actor.close.remote() for actor in actors], timeout=CLOSE_TIMEOUT_S)
+        except Exception as exc:  # a dead or stuck actor must not keep the others alive
+            log.warning("policy workers did not close cleanly (%s); killing them", exc)
+        for actor in actors:
+            ray.kill(actor)
         self.ranks = {}
         release(self._placement)
         self._placement = {}

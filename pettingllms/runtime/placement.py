@@ -10,6 +10,10 @@ the cluster, and one rank's bundle must fit on one node. Its errors spell the ar
 ``reserve`` creates the placement groups (strategy PACK: a group's bundles share a node when they fit, and
 spread over nodes when they do not) and waits for them with a deadline, so an unsatisfiable request fails
 with a message instead of hanging.
+
+Several small policies may share one GPU (``gpus_per_rank`` below 1, e.g. 0.5 each for L3 with two policies
+on one GPU): then each has one rank and TP=1, and its vLLM ``gpu_memory_utilization`` must leave room for the
+others.
 """
 
 from __future__ import annotations
@@ -100,8 +104,15 @@ def check_layout(
                         f"node has {_amount(node_max, resource)}"
                     )
     for d in demands:
-        if d.gpus_per_rank > 0 and d.gpus_per_rank % 1:
-            problems.append(f"{d.policy}: gpus_per_rank={d.gpus_per_rank} must be a whole number of GPUs")
+        shares_a_gpu = 0 < d.gpus_per_rank < 1
+        if shares_a_gpu and (d.num_ranks > 1 or d.tensor_parallel > 1):
+            problems.append(
+                f"{d.policy}: gpus_per_rank={d.gpus_per_rank} (a share of one GPU) fits only one rank with "
+                f"tensor_parallel=1; it has {d.num_ranks} ranks and TP={d.tensor_parallel} (NCCL ranks and TP shards "
+                f"each need a GPU of their own)"
+            )
+        elif d.gpus_per_rank > 1 and d.gpus_per_rank % 1:
+            problems.append(f"{d.policy}: gpus_per_rank={d.gpus_per_rank} must be a whole number of GPUs (or < 1)")
     if problems:
         raise PlacementError(
             "impossible resource layout: " + "; ".join(problems)

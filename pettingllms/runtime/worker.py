@@ -1,7 +1,8 @@
-"""A policy worker: one model shared by one rollout engine and one learner, in one process.
+"""A policy worker: one rollout engine and one learner, in one process (colocated on the same GPU, if any).
 
-The engine and the learner hold the *same* module object, so a weight sync after an update costs nothing on
-the CPU/HF stack. Each worker owns an explicit torch thread budget: on a small CPU machine two workers with
+With the transformers engine the engine and the learner hold the *same* module object, so a weight sync after
+an update costs nothing. The vLLM engine keeps its own copy: it sleeps while the learner trains and receives
+the trained tensors from memory afterwards (runtime/engine_sync.py). Each worker owns an explicit torch thread budget: on a small CPU machine two workers with
 the default thread count slow each other down several-fold (DESIGN.md).
 """
 
@@ -16,8 +17,9 @@ import torch
 
 from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
 from pettingllms.learner import LearnerConfig, PolicyLearner
-from pettingllms.learner.fsdp import FSDPOptions
+from pettingllms.learner.fsdp import FSDPOptions, full_weights, trained_parameter_names
 from pettingllms.models import HFChatCodec, LoraSpec, load_model, resolve_model, use_adapter
+from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
 
 STATE_FILE = "worker_state.pt"
 
@@ -61,9 +63,12 @@ class PolicyWorker:
         self.spec = spec
         path = resolve_model(spec.model_path)
         lora_names = spec.adapters if spec.lora is not None else ()
-        self.model = load_model(path, spec.dtype, spec.lora, lora_names)
+        # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPUs: the learner takes the first one.
+        device = torch.device("cuda", 0) if spec.gpus_per_rank > 0 else torch.device("cpu")
+        self.model = load_model(path, spec.dtype, spec.lora, lora_names).to(device)
         self.codec = HFChatCodec.from_pretrained(path)
         self.engine = make_engine(spec, self.model, self.codec)
+        self.sync = EngineSync(self.engine, peft_adapter_configs(self.model, lora_names))
         self.learner = None
         if spec.trainable:
             self.learner = PolicyLearner(
@@ -75,6 +80,8 @@ class PolicyWorker:
                 policy=spec.policy,
                 pad_token_id=self.codec.pad_token_id,
             )
+        if lora_names:
+            self.sync.push(full_weights(self.model, self._trained_names(trained_only=False)))  # fresh adapters
 
     def ready(self) -> str:
         return self.spec.policy
@@ -85,12 +92,19 @@ class PolicyWorker:
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
         if self.learner is None:
             return {}
+        self.sync.release_for_update()
         start = time.perf_counter()
         metrics = dict(self.learner.update(samples, advantages))
         metrics["timing/update_s"] = time.perf_counter() - start
-        # Weight sync: the engine generates with the module the learner just updated; nothing to copy.
-        metrics["timing/sync_s"] = 0.0
+        # The transformers engine generates with the module just updated (0 s); vLLM gets the tensors.
+        metrics["timing/sync_s"] = self.sync.push(full_weights(self.model, self._trained_names(trained_only=True)))
         return metrics
+
+    def _trained_names(self, trained_only: bool) -> list[str]:
+        """Parameters the engine must receive: all of a full model; under LoRA, the (trained) adapters'."""
+        adapters = self.spec.adapters if self.spec.lora is not None else ()
+        frozen = self.spec.frozen if trained_only else ()
+        return trained_parameter_names(self.model, adapters, frozen)
 
     def save(self, directory: str) -> None:
         folder = Path(directory)
@@ -112,6 +126,12 @@ class PolicyWorker:
         self.engine.set_rng_state(state["engine_rng"])
         torch.set_rng_state(state["torch_rng"])
 
+    def close(self) -> None:
+        """Stop the engine's own processes (vLLM); the transformers engine has none."""
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
+
     def export_hf(self, directory: str) -> list[str]:
         if self.learner is None:
             return []
@@ -119,8 +139,19 @@ class PolicyWorker:
 
 
 def make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):
+    """The policy's rollout engine: transformers on ``model`` itself, or vLLM with its own copy of the weights."""
     if spec.engine == "hf":
         from pettingllms.rollout.hf_engine import HFEngine
 
         return HFEngine(model, codec, seed=spec.seed, **spec.engine_options)
-    raise ConfigError(f"engine {spec.engine!r} is not available in this worker; use 'hf' (or the vLLM worker)")
+    if spec.engine == "vllm":
+        from pettingllms.rollout.vllm_engine import VLLMEngine
+
+        options = {"enable_sleep_mode": True, **spec.engine_options}  # colocated with the learner: sleep on GPU
+        if spec.lora is not None:
+            options.setdefault("enable_lora", True)
+            options.setdefault("max_loras", max(1, len(spec.adapters)))
+            options.setdefault("max_lora_rank", spec.lora.rank)
+        return VLLMEngine(resolve_model(spec.model_path), tensor_parallel_size=spec.tensor_parallel,
+                          seed=spec.seed, dtype=spec.dtype, codec=codec, **options)
+    raise ConfigError(f"unknown engine {spec.engine!r} for policy {spec.policy!r}: use 'hf' or 'vllm'")

@@ -92,6 +92,8 @@ def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
 
 def _worker_spec(cfg: Config, policy: PolicyPlan, n_ranks: int) -> WorkerSpec:
     model = policy.model
+    if model.engine not in ("hf", "vllm"):
+        raise ConfigError(f"base_models.{policy.name}.engine must be hf or vllm, got {model.engine!r}")
     lora = None
     if model.lora.rank > 0:
         lora = LoraSpec(model.lora.rank, model.lora.alpha, model.lora.dropout, tuple(model.lora.target_modules))
@@ -109,6 +111,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, n_ranks: int) -> WorkerSpec:
         seed=cfg.training.seed,
         num_threads=model.num_threads or _thread_share(cfg, n_ranks),
         engine=model.engine,
+        engine_options=dict(model.engine_options),
         **_worker_layout(cfg, policy, n_ranks),
     )
 

@@ -123,6 +123,7 @@ class Trainer:
         metrics.update(episode_metrics(rollout.episodes))
         metrics.update(prefixed("timing", rollout.timings))
         metrics["timing/update_s"] = max((u.get("timing/update_s", 0.0) for u in updates.values()), default=0.0)
+        metrics["timing/sync_s"] = max((u.get("timing/sync_s", 0.0) for u in updates.values()), default=0.0)
         metrics["timing/step_s"] = time.perf_counter() - start
         metrics["data/epoch"] = float(self.cursor.epoch)
         return StepResult(step, metrics)

@@ -38,8 +38,15 @@ def test_a_rank_must_fit_on_one_node():
 def test_bad_numbers_are_named():
     with pytest.raises(PlacementError, match=r"base_models.p.num_ranks must be >= 1, got 0"):
         PolicyDemand("p", num_ranks=0)
-    with pytest.raises(PlacementError, match="gpus_per_rank=0.5 must be a whole number"):
+    with pytest.raises(PlacementError, match=r"gpus_per_rank=0.5 \(a share of one GPU\) fits only one rank"):
         check_layout([PolicyDemand("p", 2, gpus_per_rank=0.5)], {"CPU": 8, "GPU": 8})
+    with pytest.raises(PlacementError, match="TP=2"):
+        check_layout([PolicyDemand("p", 1, gpus_per_rank=0.5, tensor_parallel=2)], {"CPU": 8, "GPU": 8})
+    with pytest.raises(PlacementError, match="gpus_per_rank=1.5 must be a whole number"):
+        check_layout([PolicyDemand("p", 1, gpus_per_rank=1.5)], {"CPU": 8, "GPU": 8})
+    # Two one-rank TP=1 policies on one GPU (L3 on a single GPU) fit.
+    check_layout([PolicyDemand("a", 1, gpus_per_rank=0.5), PolicyDemand("b", 1, gpus_per_rank=0.5)],
+                 {"CPU": 8, "GPU": 1})
     assert PolicyDemand("p", 3, 2, 1.5).bundles() == [{"CPU": 1.5, "GPU": 2.0}] * 3
 
 

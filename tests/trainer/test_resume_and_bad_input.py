@@ -61,6 +61,21 @@ def test_unknown_model_path(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing started: not even a run directory
 
 
+def test_unknown_engine_is_named_before_anything_loads(tmp_path):
+    with pytest.raises(ConfigError, match="engine must be hf or vllm, got 'vlm'"):
+        run_training("train", BASE + [f"training.log_dir={tmp_path}", "base_models.policy_0.engine=vlm"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_vllm_engine_without_vllm_says_how_to_install_it(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here; this test covers the default (CPU) environment")
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[gpu\]'"):
+        run_training("train", BASE + [f"training.log_dir={tmp_path}", "base_models.policy_0.engine=vllm"])
+
+
 def test_empty_dataset(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

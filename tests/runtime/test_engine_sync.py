@@ -1,0 +1,115 @@
+"""EngineSync: which tensors reach an engine that owns its weights, under which names, in which order.
+
+The real vLLM path is checked end to end in the opt-in lane (tests/vllm_cpu/test_vllm_worker.py: vLLM's
+logprobs after an update equal the learner's). Here a recording engine pins the contract every engine with
+``sync_weights`` relies on, with a real peft model for the names.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pettingllms.learner.fsdp import full_weights, trained_parameter_names
+from pettingllms.models import LoraSpec, load_model
+from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs, split_adapter_tensors
+
+
+class RecordingEngine:
+    """Has the methods of VLLMEngine that EngineSync calls; records each call in order."""
+
+    def __init__(self, sleep_enabled: bool) -> None:
+        self.sleep_enabled = sleep_enabled
+        self.calls: list[tuple] = []
+
+    def sync_weights(self, named_tensors):
+        names = [name for name, _ in named_tensors]
+        self.calls.append(("sync_weights", tuple(names)))
+        return 0.0
+
+    def add_adapter(self, name, tensors, *, config=None):
+        self.calls.append(("add_adapter", name, tuple(sorted(tensors)), config))
+
+    def sleep(self, level=1):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags) if tags else None))
+
+
+@pytest.fixture(scope="module")
+def peft_model():
+    return load_model("tiny-random-smollm2", "float32", LoraSpec(rank=4, alpha=8.0), ("alice", "bob"))
+
+
+def test_adapter_tensors_get_peft_saved_names_and_host_copies(peft_model):
+    stream = full_weights(peft_model)
+    others, adapters = split_adapter_tensors(stream, ["alice", "bob"])
+
+    assert set(adapters) == {"alice", "bob"}
+    alice = adapters["alice"]
+    assert alice and all(".lora_A.weight" in n or ".lora_B.weight" in n for n in alice)
+    assert not any("alice" in n or "bob" in n for n in alice)
+    params = dict(peft_model.named_parameters())
+    for saved_name, tensor in alice.items():
+        live = params[saved_name.replace(".lora_A.weight", ".lora_A.alice.weight").replace(
+            ".lora_B.weight", ".lora_B.alice.weight")]
+        assert torch.equal(tensor, live) and tensor.data_ptr() != live.data_ptr()
+    assert all("lora_" not in n for n in others)  # base weights, left for the caller to ignore
+
+
+def test_lora_push_sends_each_trained_adapter_to_its_own_name(peft_model):
+    engine = RecordingEngine(sleep_enabled=False)
+    sync = EngineSync(engine, peft_adapter_configs(peft_model, ("alice", "bob")))
+    names = trained_parameter_names(peft_model, ("alice", "bob"), frozen=("bob",))
+
+    seconds = sync.push(full_weights(peft_model, names))
+
+    assert seconds >= 0.0
+    assert [(c[0], c[1]) for c in engine.calls] == [("add_adapter", "alice")]  # bob is frozen: not re-sent
+    assert engine.calls[0][3] is peft_model.peft_config["alice"]
+
+
+def test_full_model_sleeps_deep_and_wakes_weights_before_the_cache():
+    model = load_model("tiny-random-smollm2", "float32")
+    engine = RecordingEngine(sleep_enabled=True)
+    sync = EngineSync(engine)
+
+    sync.release_for_update()
+    sync.release_for_update()  # idempotent: one sleep per update
+    sync.push(full_weights(model))
+
+    expected_names = tuple(name for name, _ in model.named_parameters())
+    assert engine.calls == [
+        ("sleep", 2),  # the weights are resent anyway: discard them
+        ("wake_up", ("weights",)),
+        ("sync_weights", expected_names),
+        ("wake_up", ("kv_cache",)),
+    ]
+
+
+def test_lora_sleeps_at_level_one(peft_model):
+    engine = RecordingEngine(sleep_enabled=True)
+    sync = EngineSync(engine, peft_adapter_configs(peft_model, ("alice",)))
+    sync.release_for_update()
+    assert engine.calls == [("sleep", 1)]  # base weights kept in host memory: they never change
+
+
+def test_an_engine_sharing_the_module_gets_nothing_but_the_stream_is_consumed():
+    from pettingllms.models import HFChatCodec, resolve_model
+    from pettingllms.rollout.hf_engine import HFEngine
+
+    model = load_model("tiny-random-smollm2", "float32")
+    engine = HFEngine(model, HFChatCodec.from_pretrained(resolve_model("tiny-random-smollm2")))
+    sync = EngineSync(engine)
+    consumed = []
+
+    def stream():
+        for item in full_weights(model):
+            consumed.append(item[0])
+            yield item
+
+    sync.release_for_update()
+    assert sync.push(stream()) == 0.0
+    assert len(consumed) == len(list(model.parameters()))  # under FSDP the stream is a collective
+    assert EngineSync(None).push(iter(())) == 0.0  # ranks without an engine
