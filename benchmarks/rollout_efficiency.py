@@ -93,7 +93,8 @@ def apply_quick(args: argparse.Namespace) -> None:
         args.model, args.problems, args.branching, args.max_tokens, args.repeats = "tiny-random-smollm2", 2, 2, 6, 1
 
 
-def build_workload(args: argparse.Namespace) -> Workload:
+def build_workload(args: argparse.Namespace, engine_factory=None) -> Workload:
+    """The workload of ``args``; ``engine_factory(model_dir, codec)`` builds another engine (default: HFEngine)."""
     from pettingllms.config.load import compose, to_schema
     from pettingllms.models import HFChatCodec, load_model, resolve_model
     from pettingllms.trainer.setup import plan
@@ -117,7 +118,10 @@ def build_workload(args: argparse.Namespace) -> Workload:
     run_plan = plan(to_schema(compose(CONFIG_OF_ENV[args.env], overrides)))
     model_dir = resolve_model(args.model)
     codec = HFChatCodec.from_pretrained(model_dir)
-    engine = HFEngine(load_model(model_dir, dtype=args.dtype), codec, seed=0)
+    if engine_factory is None:
+        engine = HFEngine(load_model(model_dir, dtype=args.dtype), codec, seed=0)
+    else:
+        engine = engine_factory(model_dir, codec)
     settings = {"config": CONFIG_OF_ENV[args.env], "why_this_env": WHY_ENV[args.env], "overrides": overrides,
                 "sampling": {r: vars(run_plan.agent_specs[r].train_sampling) for r in roles}}
     return Workload(args.env, args.model, run_plan, workload_problems(args, run_plan.env), engine, codec, settings)

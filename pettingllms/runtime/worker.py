@@ -147,11 +147,12 @@ def make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):
     if spec.engine == "vllm":
         from pettingllms.rollout.vllm_engine import VLLMEngine
 
-        options = {"enable_sleep_mode": True, **spec.engine_options}  # colocated with the learner: sleep on GPU
+        # Colocated with the learner: sleep on GPU. The learner's dtype unless engine_options say otherwise.
+        options = {"enable_sleep_mode": True, "dtype": spec.dtype, **spec.engine_options}
         if spec.lora is not None:
             options.setdefault("enable_lora", True)
             options.setdefault("max_loras", max(1, len(spec.adapters)))
             options.setdefault("max_lora_rank", spec.lora.rank)
         return VLLMEngine(resolve_model(spec.model_path), tensor_parallel_size=spec.tensor_parallel,
-                          seed=spec.seed, dtype=spec.dtype, codec=codec, **options)
+                          seed=spec.seed, codec=codec, **options)
     raise ConfigError(f"unknown engine {spec.engine!r} for policy {spec.policy!r}: use 'hf' or 'vllm'")

@@ -1,0 +1,226 @@
+"""GPU smoke test (issue #6): vLLM and FSDP2 colocated on one GPU, on the quickstart task, at L1 and L3.
+
+    pip install -e '.[gpu]'                      # on a CUDA machine: vLLM
+    python benchmarks/gpu_smoke.py               # generation + L1 + L3, 3 training steps each
+    python benchmarks/gpu_smoke.py --parts L1 --steps 2 --model /models/Qwen3-1.7B
+
+Parts (each adds a section to benchmarks/results/gpu_smoke.json):
+- ``generation``: the executor over a ``VLLMEngine`` on the quickstart workload (arith_duo, tree mode, B
+  problems x K branches, two turns), with every batched call recorded; then the very same calls replayed on
+  the bare engine from the same RNG state. Tokens/s of both and their ratio (target >= 0.9, as benchmark 1 of
+  issue #7 asks of the CPU engine).
+- ``L1``: the quickstart config (SmolLM2-135M, one policy shared by both agents, one LoRA adapter) through the
+  real ``Trainer`` on Ray: one FSDP2 rank (``fsdp.enabled``, bf16 mixed precision) and the vLLM engine on the
+  same GPU; vLLM sleeps while the learner trains and gets the adapter from memory after each update.
+- ``L3``: two policies (one model per agent), full fine-tuning, each a one-rank FSDP2 group on half of the
+  GPU (``gpus_per_rank=0.5``) with its own vLLM engine; full weights are synced after each update.
+Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens.
+Peak GPU memory is the device's ``memory.used`` (nvidia-smi, sampled every 0.2 s) over each part, so it covers
+vLLM's engine processes and the learners together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _report import load_average, median, out_dir, write_result  # noqa: E402
+
+NAME = "gpu_smoke"
+TARGET = 0.9
+PARTS = ("generation", "L1", "L3")
+
+
+class GpuMemoryPeak:
+    """The highest ``memory.used`` (MiB) nvidia-smi reports for any GPU while the block runs."""
+
+    def __init__(self, interval_s: float = 0.2) -> None:
+        self.interval_s = interval_s
+        self.peak_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, check=False).stdout
+            for line in out.split():
+                self.peak_mib = max(self.peak_mib, float(line))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "GpuMemoryPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def require_gpu() -> dict:
+    """The GPU's name and memory, or exit with what is missing."""
+    if shutil.which("nvidia-smi") is None:
+        sys.exit("gpu_smoke needs an NVIDIA GPU (nvidia-smi not found); on CPU run `make test-vllm` instead")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        sys.exit("gpu_smoke needs vLLM: pip install -e '.[gpu]'")
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("gpu_smoke needs torch with CUDA; this torch is a CPU build")
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu": props.name, "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "gpus_visible": torch.cuda.device_count()}
+
+
+# ------------------------------------------------------------------------------------------ generation
+def generation(args: argparse.Namespace) -> dict:
+    """Executor over vLLM against the bare vLLM engine on the same recorded calls (median of paired repeats)."""
+    from rollout_efficiency import RecordingClient, build_workload, generated_tokens
+
+    from pettingllms.rollout.policy_client import LocalPolicyClient
+    from pettingllms.rollout.vllm_engine import VLLMEngine
+
+    workload_args = argparse.Namespace(env="arith_duo", model=args.model, dtype="bfloat16", problems=args.problems,
+                                       branching=args.branching, turns=2, max_tokens=args.max_tokens, threads=4)
+
+    def vllm_engine(model_dir, codec):
+        return VLLMEngine(model_dir, dtype="bfloat16", seed=0, codec=codec, gpu_memory_utilization=0.4)
+
+    work = build_workload(workload_args, engine_factory=vllm_engine)
+    work.executor(LocalPolicyClient(work.engine, work.codec)).run(work.problems[:2], [0, 1])  # warm-up
+    samples = []
+    for _ in range(args.repeats):
+        state = work.engine.get_rng_state()
+        client = RecordingClient(work.engine, work.codec)
+        start = time.perf_counter()
+        work.executor(client).run(work.problems, list(range(len(work.problems))))
+        executor_s = time.perf_counter() - start
+        work.engine.set_rng_state(state)
+        bare_s, identical = 0.0, True
+        for requests, recorded in client.calls:
+            start = time.perf_counter()
+            replayed = work.engine.generate(requests)
+            bare_s += time.perf_counter() - start
+            identical &= [c.token_ids for r in replayed for c in r.completions] == \
+                         [c.token_ids for r in recorded for c in r.completions]
+        tokens = sum(generated_tokens(results) for _, results in client.calls)
+        samples.append({"tokens": tokens, "calls": len(client.calls), "executor_s": executor_s, "bare_s": bare_s,
+                        "executor_tokens_per_s": tokens / executor_s, "bare_tokens_per_s": tokens / bare_s,
+                        "ratio": bare_s / executor_s, "identical_completions": bool(identical)})
+        print({k: round(v, 3) if isinstance(v, float) else v for k, v in samples[-1].items()})
+    work.engine.close()
+    medians = {k: median([s[k] for s in samples]) for k in
+               ("tokens", "executor_s", "bare_s", "executor_tokens_per_s", "bare_tokens_per_s", "ratio")}
+    return {"samples": samples, "medians": medians, "workload": work.settings}
+
+
+# ------------------------------------------------------------------------------------------ training
+LEVEL_OVERRIDES = {
+    # One policy, LoRA (the quickstart's own settings), the whole GPU.
+    "L1": ["specialization=L1", "base_models.policy_0.num_gpus=1",
+           "base_models.policy_0.engine_options={gpu_memory_utilization: 0.35, dtype: bfloat16}"],
+    # Two full models, half a GPU each, each with its own vLLM engine.
+    "L3": ["specialization=L3", "base_models.policy_0.lora.rank=0", "base_models.policy_0.gpus_per_rank=0.5",
+           "base_models.policy_0.engine_options={gpu_memory_utilization: 0.2, dtype: bfloat16}", "optim.lr=1e-6"],
+}
+
+
+def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
+    from pettingllms.config.load import compose, to_schema
+    from pettingllms.trainer.trainer import Trainer
+
+    overrides = [
+        f"base_models.policy_0.path={args.model}", "base_models.policy_0.engine=vllm",
+        "base_models.policy_0.fsdp.enabled=true", "base_models.policy_0.fsdp.mixed_precision=true",
+        f"training.total_training_steps={args.steps}", "training.val_before_train=false",
+        f"training.val_freq={args.steps}", "env.max_val_problems=16", "training.export_hf=false",
+        "training.plot=false", "training.resume=none", f"training.log_dir={log_dir}", "training.logger=[console]",
+        "resources.use_ray=true", f"resources.num_cpus={os.cpu_count()}",
+        *LEVEL_OVERRIDES[level],
+    ]
+    trainer = Trainer(to_schema(compose("quickstart", overrides)))
+    start = time.perf_counter()
+    trainer.fit()
+    wall = time.perf_counter() - start
+    rows = [json.loads(line) for line in (trainer.run_dir / "summary.log").read_text().splitlines()]
+    steps = [row for row in rows if row.get("step", 0) >= 1 and "timing/update_s" in row]
+    per_step = [{
+        "step": row["step"],
+        "update_s": row["timing/update_s"],
+        "sync_s": row["timing/sync_s"],
+        "rollout_s": row.get("timing/rollout_s"),
+        "generate_s": row.get("timing/generate_s"),
+        "step_s": row["timing/step_s"],
+        "generated_tokens": generated_tokens_of(row),
+        "policy_sync_s": {k.split("/")[0]: v for k, v in row.items() if k.endswith("/actor/timing/sync_s")},
+    } for row in steps]
+    timed = per_step[1:] or per_step  # the first step also compiles kernels and allocates caches
+    return {"overrides": overrides, "wall_s": wall, "steps": per_step,
+            "medians": {k: median([s[k] for s in timed]) for k in ("update_s", "sync_s", "step_s", "rollout_s")}}
+
+
+def generated_tokens_of(row: dict) -> float:
+    """Response tokens generated in a step: sum over agents of mean response length x samples."""
+    total = 0.0
+    for key, value in row.items():
+        if key.endswith("/response_length_mean") and "turn_" not in key:
+            total += value * row.get(key.replace("/response_length_mean", "/samples"), 0.0)
+    return total
+
+
+# ------------------------------------------------------------------------------------------ main
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--steps", type=int, default=3, help="training steps per level")
+    parser.add_argument("--problems", type=int, default=16, help="generation part: B")
+    parser.add_argument("--branching", type=int, default=4, help="generation part: K")
+    parser.add_argument("--max-tokens", type=int, default=64, help="generation part: max new tokens")
+    parser.add_argument("--repeats", type=int, default=3, help="generation part: paired repeats")
+    parser.add_argument("--out-dir")
+    args = parser.parse_args(argv)
+    device = require_gpu()
+    load_before = load_average()
+    report: dict = {"device": device}
+    for part in args.parts:
+        with GpuMemoryPeak() as memory:
+            if part == "generation":
+                report[part] = generation(args)
+            else:
+                with tempfile.TemporaryDirectory(prefix=f"gpu_smoke_{part}_") as tmp:
+                    report[part] = training(part, args, Path(tmp))
+        report[part]["peak_gpu_memory_mib"] = memory.peak_mib
+        print(part, json.dumps({k: v for k, v in report[part].items() if k in ("medians", "peak_gpu_memory_mib")}))
+    ratio = report["generation"]["medians"]["ratio"] if "generation" in report else float("nan")
+    notes = [f"{part}: median update {report[part]['medians']['update_s']:.2f} s, weight sync "
+             f"{report[part]['medians']['sync_s']:.3f} s, peak GPU memory {report[part]['peak_gpu_memory_mib']:.0f} MiB"
+             for part in ("L1", "L3") if part in report]
+    path = write_result(NAME, argv, quick=False, directory=out_dir(args.out_dir, False),
+                        config={"model": args.model, "steps": args.steps, "parts": args.parts},
+                        samples=report.get("generation", {}).get("samples", []),
+                        medians=report.get("generation", {}).get("medians", {}), measured=ratio, target=TARGET,
+                        op=">=", metric="executor tokens/s / bare vLLM tokens/s on the same calls (median)",
+                        load_before=load_before, threads=0, notes=notes,
+                        extra={k: v for k, v in report.items() if k != "generation"})
+    return {"path": str(path)}
+
+
+if __name__ == "__main__":
+    main()
