@@ -75,9 +75,11 @@ def write_result(
     notes: Sequence[str] = (),
     extra: dict[str, Any] | None = None,
     also_required: dict[str, bool] | None = None,
+    script: str | None = None,
 ) -> Path:
     """Write ``<directory>/<name>.json`` and print a one-line verdict. ``op`` compares measured to target;
-    ``also_required`` names further conditions that must all hold for a pass (recorded in the JSON)."""
+    ``also_required`` names further conditions that must all hold for a pass (recorded in the JSON);
+    ``script`` is the benchmark's file name when it differs from ``name`` (one script, several result files)."""
     if op not in OPERATORS:
         raise ValueError(f"op must be one of {sorted(OPERATORS)}, got {op!r}")
     machine = machine_info()
@@ -85,7 +87,7 @@ def write_result(
                     "load_average_after": load_average(), "niceness": os.nice(0)})
     report = {
         "benchmark": name,
-        "command": " ".join(["python", f"benchmarks/{name}.py", *map(shlex.quote, argv)]),
+        "command": " ".join(["python", f"benchmarks/{script or name}.py", *map(shlex.quote, argv)]),
         "quick": quick,
         "machine": machine,
         "config": config,

@@ -1,14 +1,17 @@
 """Driver memory over a 50-step training run (issue #7, benchmark 5).
 
 A real ``Trainer.fit`` on the tiny random SmolLM2 model (``toy_targets``, two agents on one shared policy,
-tree mode, validation every 10 steps, a checkpoint at the end). By default the policy worker runs inside the
-driver (``resources.use_ray=false``), so the driver's RSS covers the model, the optimiser, the engine and
-everything the loop keeps; ``--ray`` puts the worker in a Ray actor and measures the driver alone.
+tree mode, validation every 10 steps, a checkpoint at the end). By default the policy worker runs in a Ray
+actor, as in every training run (``resources.use_ray=true``), and the driver's RSS is what the loop itself
+keeps: rollouts, samples, metrics. ``--in-process`` runs the worker inside the driver (the debugging mode,
+``resources.use_ray=false``), so the RSS also covers the model, optimiser and engine, and torch's allocator
+churn; it writes driver_memory_in_process.json. ``--malloc-trim`` returns freed heap to the OS before each
+reading, which separates memory the allocator keeps from memory still referenced.
 RSS (psutil; /proc/self/status where psutil is missing) is sampled right after every step. Growth is reported
 from step 1 and from step 5 (after the allocator and the optimiser state have settled) to the last step.
 Target: growth from step 5 to step 50 below 5%.
 
-    python benchmarks/driver_memory.py [--steps 50] [--ray]
+    python benchmarks/driver_memory.py [--steps 50] [--in-process [--malloc-trim]]
     python benchmarks/driver_memory.py --quick
 
 Writes benchmarks/results/driver_memory.json (or ``--out-dir``).
@@ -46,6 +49,14 @@ def rss_bytes() -> int:
                 return int(line.split()[1]) * 1024
         raise RuntimeError("cannot read this process's RSS: no psutil and no VmRSS in /proc/self/status")
     return psutil.Process().memory_info().rss
+
+
+def trim_heap() -> None:
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def growth(samples: Sequence[dict], from_step: int) -> float:
@@ -90,8 +101,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--ray", action="store_true", help="policy worker in a Ray actor; measure the driver only")
+    parser.add_argument("--in-process", action="store_true",
+                        help="policy worker inside the driver (resources.use_ray=false): RSS includes the model")
     parser.add_argument("--quick", action="store_true", help="8 steps, smaller batches (smoke test)")
+    parser.add_argument("--malloc-trim", action="store_true",
+                        help="diagnostic: return freed heap to the OS (glibc malloc_trim) before each reading, to "
+                             "tell memory the allocator keeps from memory that is still referenced")
     parser.add_argument("--out-dir")
     args = parser.parse_args(argv)
     if args.quick:
@@ -104,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     load_before = load_average()
     samples: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="driver_memory_") as tmp:
-        config_overrides = overrides(args.steps, args.ray, Path(tmp), args.quick)
+        config_overrides = overrides(args.steps, not args.in_process, Path(tmp), args.quick)
         before_setup = rss_bytes()
         trainer = Trainer(to_schema(compose("train", config_overrides)))
         after_setup = rss_bytes()
@@ -113,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
         def sampled_step(index: int):
             start = time.perf_counter()
             result = step(index)
+            if args.malloc_trim:
+                trim_heap()
             samples.append({"step": index, "rss_bytes": rss_bytes(), "step_s": time.perf_counter() - start})
             return result
 
@@ -134,13 +151,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
                f"trend_growth_from_step_{BASELINE_STEP}": trend_5, f"window_growth_from_step_{BASELINE_STEP}": window_5,
                f"rss_spread_from_step_{BASELINE_STEP}": (max(after_baseline) - min(after_baseline)) / median(after_baseline)}
     config = {"model": "tiny-random-smollm2", "env": "toy_targets", "specialization": "L1", "steps": args.steps,
-              "use_ray": args.ray, "overrides": config_overrides,
+              "use_ray": not args.in_process, "malloc_trim": args.malloc_trim, "overrides": config_overrides,
               "rss_source": "psutil" if _has_psutil() else "/proc/self/status"}
     notes = [f"RSS growth from step 1: {from_1:+.2%}; from step {BASELINE_STEP}: {from_5:+.2%} (to step {args.steps})",
              f"from step {BASELINE_STEP}, along a fitted line: {trend_5:+.2%}; median of the last 5 steps against "
              f"steps {BASELINE_STEP}-{BASELINE_STEP + 4}: {window_5:+.2%}; single readings spread over "
              f"{medians[f'rss_spread_from_step_{BASELINE_STEP}']:.1%} of the median"]
-    path = write_result(NAME, argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick), config=config,
+    name = f"{NAME}_in_process" if args.in_process else NAME
+    path = write_result(name, argv, script=NAME, quick=args.quick, directory=out_dir(args.out_dir, args.quick), config=config,
                         samples=samples, medians=medians, measured=from_5, target=TARGET, op="<",
                         metric=f"relative driver RSS growth from step {BASELINE_STEP} to step {args.steps}",
                         load_before=load_before, threads=2, notes=notes)
