@@ -46,7 +46,7 @@ from pettingllms.learner.fsdp import (
 from pettingllms.learner.learner import export_hf_model
 from pettingllms.models import HFChatCodec, load_model, resolve_model, use_adapter
 from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
-from pettingllms.runtime.worker import WorkerSpec, make_engine
+from pettingllms.runtime.worker import WorkerSpec, make_engine, save_tokenizer_beside
 
 log = logging.getLogger("pettingllms.runtime")
 
@@ -219,7 +219,8 @@ class FSDPRankWorker:
             load_weights_into(model, stream)
         if self.rank != 0:
             return []
-        return [str(p) for p in export_hf_model(model, self.learner.adapter_names, directory)]
+        codec = HFChatCodec.from_pretrained(resolve_model(self.spec.model_path))
+        return save_tokenizer_beside(export_hf_model(model, self.learner.adapter_names, directory), codec)
 
     def close(self) -> None:
         """Stop rank 0's engine processes (vLLM) and leave the policy's process group."""

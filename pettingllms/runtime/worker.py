@@ -135,7 +135,16 @@ class PolicyWorker:
     def export_hf(self, directory: str) -> list[str]:
         if self.learner is None:
             return []
-        return [str(p) for p in self.learner.export_hf(directory)]
+        return save_tokenizer_beside(self.learner.export_hf(directory), self.codec)
+
+
+def save_tokenizer_beside(paths: Sequence[Path | str], codec: HFChatCodec) -> list[str]:
+    """Write the tokenizer (chat template included) into every exported full-model folder, so it loads and
+    serves on its own (vLLM, transformers); adapter folders load on top of the base model and need none."""
+    for path in paths:
+        if (Path(path) / "config.json").is_file():
+            codec.tokenizer.save_pretrained(path)
+    return [str(p) for p in paths]
 
 
 def make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):

@@ -68,8 +68,20 @@ def test_checkpoint_and_hf_export_give_the_same_responses(full_run, tmp_path):
     from_export = evaluate(tmp_path, "hf", f"base_models.policy_0.path={full_run / 'hf' / 'policy_0'}")
     policy = from_checkpoint.summary["model"]["policies"]["policy_0"]
     assert "trained weights" in policy["weights"] and from_checkpoint.summary["model"]["checkpoint"]
-    assert responses(from_checkpoint) == responses(from_export)  # the export has no tokenizer: the run's is used
+    assert responses(from_checkpoint) == responses(from_export)
     assert len(responses(from_checkpoint)) == 3 * 2  # 3 problems x 2 agents x 1 turn
+
+
+def test_full_model_export_carries_its_tokenizer_and_chat_template(full_run):
+    from transformers import AutoTokenizer
+
+    from pettingllms.models import resolve_model
+
+    exported = AutoTokenizer.from_pretrained(full_run / "hf" / "policy_0")  # served on its own, e.g. by vLLM
+    original = AutoTokenizer.from_pretrained(resolve_model("tiny-random-smollm2"))
+    chat = [{"role": "user", "content": "2 + 2?"}]
+    assert exported.apply_chat_template(chat, tokenize=False) == original.apply_chat_template(chat, tokenize=False)
+    assert exported("hello 123").input_ids == original("hello 123").input_ids
 
 
 def test_lora_checkpoint_and_exported_adapters_give_the_same_responses(lora_run, tmp_path):
