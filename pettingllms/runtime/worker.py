@@ -123,6 +123,8 @@ class PolicyWorker:
         state = torch.load(path, weights_only=False)
         if self.learner is not None and state["learner"] is not None:
             self.learner.load_state_dict(state["learner"])
+            # An engine with its own copy (vLLM) still holds the initial weights: give it the restored ones.
+            self.sync.push(full_weights(self.model, self._trained_names(trained_only=False)))
         self.engine.set_rng_state(state["engine_rng"])
         torch.set_rng_state(state["torch_rng"])
 

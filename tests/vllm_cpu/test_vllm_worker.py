@@ -143,3 +143,27 @@ def test_training_entry_point_runs_l2_with_the_vllm_engine(tiny_dir, tmp_path):
     steps = [r for r in rows if r.get("step", 0) >= 1 and "timing/sync_s" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["timing/sync_s"] > 0.0 for r in steps)  # the vLLM engine received the adapters each step
+
+
+def test_a_resumed_worker_gives_vllm_the_restored_weights(tiny_dir, tmp_path):
+    """Resume must not leave vLLM on the checkpoint's base weights while the learner holds the trained ones."""
+    worker = PolicyWorker(worker_spec(tiny_dir, lora=False))
+    prompt = prompts(1, seed=47)[0]
+    try:
+        train_once(worker, "alice", None)
+        trained_ids, trained, _ = greedy_logprobs(worker, prompt, None)
+        worker.save(str(tmp_path / "ckpt"))
+    finally:
+        worker.engine.close()
+    resumed = PolicyWorker(worker_spec(tiny_dir, lora=False))
+    try:
+        with torch.no_grad():
+            fresh = teacher_forced_logprobs(resumed.model, prompt, trained_ids)
+        assert (fresh - trained).abs().max() > 100 * LOGPROB_ATOL, "the test needs weights that differ"
+        resumed.load(str(tmp_path / "ckpt"))
+        restored_ids, restored, expected = greedy_logprobs(resumed, prompt, None)
+        assert restored_ids == trained_ids
+        assert torch.allclose(restored, expected, atol=LOGPROB_ATOL)
+        assert torch.allclose(restored, trained, atol=LOGPROB_ATOL)
+    finally:
+        resumed.engine.close()
