@@ -155,8 +155,13 @@ def generated_tokens(results: Sequence[GenerationResult]) -> int:
 
 
 def warm_up(work: Workload) -> None:
-    """Load kernels and start the env's lazy pools (verifier, sandbox) so no timed run pays for them."""
-    work.executor(LocalPolicyClient(work.engine, work.codec)).run(work.problems[:1], [0], n=2)
+    """Load kernels and start the env's lazy pools (verifier, sandbox) so no timed run pays for them; warm both
+    calling threads (the client's engine thread and this one), since each has its own allocator arena and
+    torch thread team: a first call from a thread is slower, on either side."""
+    client = RecordingClient(work.engine, work.codec)
+    work.executor(client).run(work.problems[:1], [0], n=2)
+    for requests, _ in client.calls:
+        work.engine.generate(requests)
 
 
 def executor_then_bare(work: Workload, rng_seed: int) -> dict:

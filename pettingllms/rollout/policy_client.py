@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, Sequence, runtime_checkable
 
 from pettingllms.core.types import GenerationRequest, GenerationResult
@@ -18,11 +19,16 @@ class PolicyClient(Protocol):
 
 
 class LocalPolicyClient:
-    """An engine in this process. The blocking call runs in a thread so other policies can generate meanwhile."""
+    """An engine in this process. Its blocking calls run on one thread of their own, so other policies can
+    generate meanwhile, and every call reuses that thread's OpenMP team of torch threads. (With
+    ``asyncio.to_thread`` successive calls land on different pool threads; each starts its own team, and idle
+    teams spin against the working one on a small CPU.)"""
 
     def __init__(self, engine: RolloutEngine, codec: ChatCodec) -> None:
         self.engine = engine
         self.codec = codec
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pettingllms-engine")
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        return await asyncio.to_thread(self.engine.generate, list(requests))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self.engine.generate, list(requests))
