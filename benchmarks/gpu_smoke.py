@@ -90,9 +90,8 @@ def require_gpu() -> dict:
 # ------------------------------------------------------------------------------------------ generation
 def generation(args: argparse.Namespace) -> dict:
     """Executor over vLLM against the bare vLLM engine on the same recorded calls (median of paired repeats)."""
-    from rollout_efficiency import RecordingClient, build_workload, generated_tokens
+    from rollout_efficiency import build_workload, executor_then_bare, warm_up
 
-    from pettingllms.rollout.policy_client import LocalPolicyClient
     from pettingllms.rollout.vllm_engine import VLLMEngine
 
     workload_args = argparse.Namespace(env="arith_duo", model=args.model, dtype="bfloat16", problems=args.problems,
@@ -102,26 +101,10 @@ def generation(args: argparse.Namespace) -> dict:
         return VLLMEngine(model_dir, dtype="bfloat16", seed=0, codec=codec, gpu_memory_utilization=0.4)
 
     work = build_workload(workload_args, engine_factory=vllm_engine)
-    work.executor(LocalPolicyClient(work.engine, work.codec)).run(work.problems[:2], [0, 1])  # warm-up
+    warm_up(work)
     samples = []
     for _ in range(args.repeats):
-        state = work.engine.get_rng_state()
-        client = RecordingClient(work.engine, work.codec)
-        start = time.perf_counter()
-        work.executor(client).run(work.problems, list(range(len(work.problems))))
-        executor_s = time.perf_counter() - start
-        work.engine.set_rng_state(state)
-        bare_s, identical = 0.0, True
-        for requests, recorded in client.calls:
-            start = time.perf_counter()
-            replayed = work.engine.generate(requests)
-            bare_s += time.perf_counter() - start
-            identical &= [c.token_ids for r in replayed for c in r.completions] == \
-                         [c.token_ids for r in recorded for c in r.completions]
-        tokens = sum(generated_tokens(results) for _, results in client.calls)
-        samples.append({"tokens": tokens, "calls": len(client.calls), "executor_s": executor_s, "bare_s": bare_s,
-                        "executor_tokens_per_s": tokens / executor_s, "bare_tokens_per_s": tokens / bare_s,
-                        "ratio": bare_s / executor_s, "identical_completions": bool(identical)})
+        samples.append(executor_then_bare(work))
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in samples[-1].items()})
     work.engine.close()
     medians = {k: median([s[k] for s in samples]) for k in

@@ -22,7 +22,6 @@ Writes benchmarks/results/naive_loop.json (or ``--out-dir``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -30,16 +29,8 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import load_average, median, out_dir, write_result  # noqa: E402
-from rollout_efficiency import (  # noqa: E402
-    RecordingClient,
-    Workload,
-    add_workload_arguments,
-    apply_quick,
-    build_workload,
-    generated_tokens,
-    warm_up,
-)
+from _report import median, out_dir, write_result  # noqa: E402
+from rollout_efficiency import RecordingClient, Workload, generated_tokens, prepare  # noqa: E402
 
 from pettingllms.core import GenerationRequest, Problem, SamplingParams  # noqa: E402
 
@@ -132,13 +123,7 @@ def naive_run(work: Workload, rng_seed: int) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_workload_arguments(parser)
-    args = parser.parse_args(argv)
-    apply_quick(args)
-    load_before = load_average()
-    work = build_workload(args)
-    warm_up(work)
+    args, work, load_before = prepare(argv, __doc__.splitlines()[0])
     samples = []
     for repeat in range(args.repeats):
         executor = executor_run(work, rng_seed=1000 + repeat)

@@ -164,9 +164,14 @@ def warm_up(work: Workload) -> None:
         work.engine.generate(requests)
 
 
-def executor_then_bare(work: Workload, rng_seed: int) -> dict:
-    """One measured pair: the executor's rollout, then the bare engine on its recorded calls."""
-    work.engine.generator.manual_seed(rng_seed)
+def executor_then_bare(work: Workload, rng_seed: int | None = None) -> dict:
+    """One measured pair: the executor's rollout, then the bare engine on its recorded calls.
+
+    Both sides start from the same engine RNG state. ``rng_seed`` reseeds an ``HFEngine`` first; other engines
+    (vLLM) go on from their current state.
+    """
+    if rng_seed is not None:
+        work.engine.generator.manual_seed(rng_seed)
     start_state = work.engine.get_rng_state()
     client = RecordingClient(work.engine, work.codec)
     executor = work.executor(client)
@@ -200,15 +205,21 @@ def executor_then_bare(work: Workload, rng_seed: int) -> dict:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def prepare(argv: Sequence[str], description: str) -> tuple[argparse.Namespace, Workload, list[float]]:
+    """Parse the workload arguments, note the load average, build the workload and warm it up."""
+    parser = argparse.ArgumentParser(description=description)
     add_workload_arguments(parser)
     args = parser.parse_args(argv)
     apply_quick(args)
     load_before = load_average()
     work = build_workload(args)
     warm_up(work)
+    return args, work, load_before
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, work, load_before = prepare(argv, __doc__.splitlines()[0])
     samples = [executor_then_bare(work, rng_seed=1000 + r) for r in range(args.repeats)]
     for s in samples:
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in s.items()})

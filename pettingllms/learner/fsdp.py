@@ -277,7 +277,7 @@ def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[
         set_optimizer_state_dict,
     )
 
-    _check_meta(learner, meta)
+    learner.check_saved_state(meta, META_FORMAT, "sharded learner state")
     path = Path(directory)
     if not (path / ".metadata").is_file():
         raise FileNotFoundError(f"no sharded (DCP) checkpoint in {path}")
@@ -302,18 +302,6 @@ def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[
     for controller, value in zip(learner.kl_controllers, meta["kl_coefs"]):
         controller.value = value
     learner.step = int(meta["step"])
-
-
-def _check_meta(learner: "PolicyLearner", meta: Mapping[str, Any]) -> None:
-    if meta.get("format") != META_FORMAT:
-        raise ValueError(f"sharded learner state format {meta.get('format')!r} is not {META_FORMAT}")
-    if list(meta["adapter_names"]) != list(learner.adapter_names) or list(meta["frozen"]) != sorted(learner.frozen):
-        raise ValueError(
-            f"checkpoint was saved with adapters {meta['adapter_names']} (frozen {meta['frozen']}); this learner has "
-            f"{list(learner.adapter_names)} (frozen {sorted(learner.frozen)})"
-        )
-    if len(meta["kl_coefs"]) != len(learner.kl_controllers):
-        raise ValueError("checkpoint and learner disagree on whether the KL loss is on")
 
 
 def _trained_weights(learner: "PolicyLearner") -> dict[str, Any]:

@@ -640,16 +640,21 @@ class PolicyLearner:
             "kl_coefs": [float(c.value) for c in self.kl_controllers],
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"learner state format {state.get('format')!r} is not {STATE_FORMAT}")
+    def check_saved_state(self, state: Mapping[str, Any], expected_format: int, what: str) -> None:
+        """Raise unless ``state`` (a saved learner state, whole or sharded) fits this learner: format, adapters,
+        frozen adapters and whether the KL loss is on."""
+        if state.get("format") != expected_format:
+            raise ValueError(f"{what} format {state.get('format')!r} is not {expected_format}")
         if list(state["adapter_names"]) != list(self.adapter_names) or sorted(state["frozen"]) != sorted(self.frozen):
             raise ValueError(
-                f"learner state was saved with adapters {state['adapter_names']} (frozen {state['frozen']}); "
+                f"{what} was saved with adapters {state['adapter_names']} (frozen {state['frozen']}); "
                 f"this learner has {list(self.adapter_names)} (frozen {sorted(self.frozen)})"
             )
         if len(state["kl_coefs"]) != len(self.kl_controllers):
-            raise ValueError("learner state and this learner disagree on whether the KL loss is on")
+            raise ValueError(f"{what} and this learner disagree on whether the KL loss is on")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.check_saved_state(state, STATE_FORMAT, "learner state")
         self._load_model_state(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -29,25 +29,23 @@ import torch
 _ADAPTER_IN_NAME = re.compile(r"\.(lora_A|lora_B)\.([^.]+)\.")
 
 
-def split_adapter_tensors(
+def adapter_tensors(
     named_tensors: Iterable[tuple[str, torch.Tensor]], adapter_names: Iterable[str]
-) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
-    """(other tensors by name, {adapter: its tensors under peft's saved-file names}), consuming the stream.
+) -> dict[str, dict[str, torch.Tensor]]:
+    """{adapter: its LoRA tensors under peft's saved-file names}, consuming the whole stream.
 
-    Consuming every item matters under FSDP: the stream is a collective that all ranks iterate to the end.
-    Adapter tensors are copied to host memory as they arrive (one full tensor exists on the GPU at a time).
+    Consuming every item matters under FSDP: the stream is a collective that all ranks iterate to the end. Other
+    tensors (the frozen base weights) are dropped as they pass, and adapter tensors are copied to host memory as
+    they arrive, so at most one full tensor is on the GPU at a time.
     """
     wanted = set(adapter_names)
-    others: dict[str, torch.Tensor] = {}
-    adapters: dict[str, dict[str, torch.Tensor]] = {name: {} for name in wanted}
+    adapters: dict[str, dict[str, torch.Tensor]] = {}
     for name, tensor in named_tensors:
         match = _ADAPTER_IN_NAME.search(name)
         if match and match.group(2) in wanted:
             saved_name = name[: match.start()] + f".{match.group(1)}." + name[match.end():]
-            adapters[match.group(2)][saved_name] = tensor.detach().to("cpu", copy=True)
-        else:
-            others[name] = tensor
-    return others, {name: tensors for name, tensors in adapters.items() if tensors}
+            adapters.setdefault(match.group(2), {})[saved_name] = tensor.detach().to("cpu", copy=True)
+    return adapters
 
 
 def engine_owns_weights(engine: Any) -> bool:
@@ -89,8 +87,8 @@ class EngineSync:
         if self._asleep:
             self.engine.wake_up(["weights"])
         if self.adapter_configs:
-            _, adapters = split_adapter_tensors(named_tensors, self.adapter_configs)  # base weights never change
-            for name, tensors in adapters.items():
+            # The base weights never change under LoRA: only the adapters go to the engine.
+            for name, tensors in adapter_tensors(named_tensors, self.adapter_configs).items():
                 self.engine.add_adapter(name, tensors, config=self.adapter_configs[name])
         else:
             self.engine.sync_weights(named_tensors)

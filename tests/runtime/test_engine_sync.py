@@ -12,7 +12,7 @@ import torch
 
 from pettingllms.learner.fsdp import full_weights, trained_parameter_names
 from pettingllms.models import LoraSpec, load_model
-from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs, split_adapter_tensors
+from pettingllms.runtime.engine_sync import EngineSync, adapter_tensors, peft_adapter_configs
 
 
 class RecordingEngine:
@@ -43,19 +43,18 @@ def peft_model():
 
 
 def test_adapter_tensors_get_peft_saved_names_and_host_copies(peft_model):
-    stream = full_weights(peft_model)
-    others, adapters = split_adapter_tensors(stream, ["alice", "bob"])
+    adapters = adapter_tensors(full_weights(peft_model), ["alice", "bob"])
 
     assert set(adapters) == {"alice", "bob"}
-    alice = adapters["alice"]
-    assert alice and all(".lora_A.weight" in n or ".lora_B.weight" in n for n in alice)
-    assert not any("alice" in n or "bob" in n for n in alice)
     params = dict(peft_model.named_parameters())
-    for saved_name, tensor in alice.items():
-        live = params[saved_name.replace(".lora_A.weight", ".lora_A.alice.weight").replace(
-            ".lora_B.weight", ".lora_B.alice.weight")]
-        assert torch.equal(tensor, live) and tensor.data_ptr() != live.data_ptr()
-    assert all("lora_" not in n for n in others)  # base weights, left for the caller to ignore
+    for adapter in ("alice", "bob"):
+        own = [n for n in params if f".lora_A.{adapter}." in n or f".lora_B.{adapter}." in n]
+        assert len(adapters[adapter]) == len(own) > 0  # every LoRA tensor of the adapter, nothing else
+        for saved_name, tensor in adapters[adapter].items():
+            assert ".lora_A.weight" in saved_name or ".lora_B.weight" in saved_name
+            live = params[saved_name.replace(".lora_A.weight", f".lora_A.{adapter}.weight").replace(
+                ".lora_B.weight", f".lora_B.{adapter}.weight")]
+            assert torch.equal(tensor, live) and tensor.data_ptr() != live.data_ptr()
 
 
 def test_lora_push_sends_each_trained_adapter_to_its_own_name(peft_model):
