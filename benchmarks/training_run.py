@@ -76,7 +76,7 @@ def epoch_means(curve: dict[str, list], epoch_steps: int | None) -> dict[str, li
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--name", default="quickstart", help="config name in configs/")
+    parser.add_argument("--name", default="quickstart", help="config name in pettingllms/configs/")
     parser.add_argument("--out", required=True)
     parser.add_argument("--run-dir", help="summarise this finished run instead of training")
     parser.add_argument("--wall-seconds", type=float, help="wall time measured outside (with --run-dir)")

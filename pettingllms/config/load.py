@@ -11,11 +11,11 @@ from omegaconf.errors import OmegaConfBaseException
 from pettingllms.config.schema import AgentConfig, Config, ModelConfig, register_schema
 from pettingllms.core.errors import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 
 def compose(config_name: str = "train", overrides: Sequence[str] = (), config_dir: Path | None = None) -> DictConfig:
-    """Compose ``configs/<config_name>.yaml`` with Hydra overrides; bad keys raise ConfigError."""
+    """Compose ``pettingllms/configs/<config_name>.yaml`` with Hydra overrides; bad keys raise ConfigError."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException

@@ -204,7 +204,7 @@ class EvalConfig:
 
 @dataclass
 class EvalRunConfig(Config):
-    """The root of ``configs/eval.yaml``: the training schema (env, agents, base_models) plus the eval sections."""
+    """The root of ``pettingllms/configs/eval.yaml``: the training schema (env, agents, base_models) plus the eval sections."""
 
     model: EvalModelConfig = field(default_factory=EvalModelConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from pettingllms.core import Problem
 
 # Duck-typed: any env with ``domain``, ``procedural_problems``, ``materialize`` and ``game.content_key`` (the
-# game envs of envs/games_common/base.py). No import of ``envs`` here: the library does not depend on it.
+# game envs of pettingllms/envs/games_common/base.py). No import of ``envs`` here: the library does not depend on it.
 GameEnv = Any
 
 

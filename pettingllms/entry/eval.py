@@ -1,4 +1,4 @@
-"""``pettingllms eval``: compose ``configs/eval.yaml`` with Hydra overrides, evaluate, print the summary."""
+"""``pettingllms eval``: compose ``pettingllms/configs/eval.yaml`` with Hydra overrides, evaluate, print the summary."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_di
     cfg = to_schema(compose(config_name, overrides, config_dir))
     if not isinstance(cfg, EvalRunConfig):
         raise ConfigError(f"config {config_name!r} is not an evaluation config: its defaults must start with "
-                          "pettingllms_eval_schema (or the eval config), as configs/eval.yaml does")
+                          "pettingllms_eval_schema (or the eval config), as pettingllms/configs/eval.yaml does")
     return run_evaluation(cfg, print_table=print_table)
 
 

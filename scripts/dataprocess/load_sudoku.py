@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere: the repo root holds envs/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from anywhere: the repo root holds pettingllms/envs/
 
 from pettingllms.data.games import base_parser, report, write_game_dataset  # noqa: E402
-from envs.sudoku.env import SudokuEnv  # noqa: E402
+from pettingllms.envs.sudoku.env import SudokuEnv  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

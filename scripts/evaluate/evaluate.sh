@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Evaluate a model, a trainer checkpoint or a served model on benchmarks: pass@k, per-agent and per-turn success.
-# Settings: configs/eval.yaml (docs/evaluation.md). Every argument is passed on as a Hydra override, e.g.
+# Settings: pettingllms/configs/eval.yaml (docs/evaluation.md). Every argument is passed on as a Hydra override, e.g.
 #   bash scripts/evaluate/evaluate.sh                                                 # embedded default, math + code
 #   bash scripts/evaluate/evaluate.sh model.checkpoint=logs/math/2026-11-02/10-00-00  # a trainer run's latest checkpoint
 #   bash scripts/evaluate/evaluate.sh base_models.policy_0.path=Qwen/Qwen3-1.7B env.benchmark=[math/AIME24] \
@@ -9,7 +9,7 @@
 #     base_models.policy_0.path=Qwen/Qwen3-1.7B                                      # a vLLM/sglang server
 #
 # Environment:
-#   CONFIG_NAME  the config in configs/ (default: eval)
+#   CONFIG_NAME  the config in pettingllms/configs/ (default: eval)
 #   PYTHON       interpreter (default: .venv/bin/python if present, else python3)
 set -euo pipefail
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared launcher for scripts/train/<domain>/<variant>.sh.
 #
-# A variant script sets CONFIG_NAME (a file in configs/) and DEFAULTS (an array of Hydra overrides), then
+# A variant script sets CONFIG_NAME (a file in pettingllms/configs/) and DEFAULTS (an array of Hydra overrides), then
 # sources this file. Extra arguments to the variant script are passed through as Hydra overrides and win
 # over DEFAULTS, e.g.
 #   bash scripts/train/math/math_L1_prompt.sh base_models.policy_0.path=smollm2-135m-instruct training.total_training_steps=2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.toy.env import TargetsEnv, TargetWriter
+from pettingllms.envs.toy.env import TargetsEnv, TargetWriter
 from pettingllms.cli import main
 from pettingllms.core import Transition
 from pettingllms.core.checker import check_env

@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from envs.plan_path.env import PlanPathEnv
-from envs.sokoban.env import SokobanEnv
-from envs.sudoku.env import SudokuEnv
+from pettingllms.envs.plan_path.env import PlanPathEnv
+from pettingllms.envs.sokoban.env import SokobanEnv
+from pettingllms.envs.sudoku.env import SudokuEnv
 from pettingllms.core import DataError, Problem
 from pettingllms.data.games import build_splits
 from pettingllms.trainer.data import benchmark_problems, training_problems

@@ -46,7 +46,7 @@ def test_offline_math_default_writes_disjoint_train_and_test(tmp_path):
 
 
 def test_offline_math_rows_feed_the_math_env(tmp_path):
-    from envs.math.env import MathEnv
+    from pettingllms.envs.math.env import MathEnv
 
     load_math("--data-root", str(tmp_path), "--sources", "basic_arithmetic", "--train-size", "5", "--test-size", "5")
     problems = load_problems(dataset_path(tmp_path, "math", "train", "basic_arithmetic"), "math", "basic_arithmetic")
@@ -57,7 +57,7 @@ def test_offline_math_rows_feed_the_math_env(tmp_path):
 
 
 def env_action(answer: str):
-    from envs.math.env import ReasonerAgent
+    from pettingllms.envs.math.env import ReasonerAgent
 
     return ReasonerAgent("reasoner").parse(f"\\boxed{{{answer}}}")
 
@@ -115,7 +115,7 @@ def test_hub_code_sources_on_fixtures(tmp_path):
 
 
 def test_hub_rows_feed_the_code_env(tmp_path):
-    from envs.code.env import CodeAction, CodeEnv
+    from pettingllms.envs.code.env import CodeAction, CodeEnv
 
     load_code("--data-root", str(tmp_path), "--sources", "code_contests", "--hub-cache", str(FIXTURES / "hub_code"))
     problem = load_problems(dataset_path(tmp_path, "code", "train", "code_contests"), "code", "code_contests")[0]

@@ -1,4 +1,4 @@
-"""Experiment presets (configs/experiment/*.yaml) compose onto train.yaml with ``+experiment=<name>``."""
+"""Experiment presets (pettingllms/configs/experiment/*.yaml) compose onto train.yaml with ``+experiment=<name>``."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def composed_train_yaml():
 
 
 def train_yaml_value(key: str, schema_default):
-    """The value after composing configs/train.yaml, else the schema default (MISSING stays MISSING).
+    """The value after composing pettingllms/configs/train.yaml, else the schema default (MISSING stays MISSING).
     ``<policy>`` is read as ``policy_0``; train.yaml sets no agents, so ``<role>`` keys keep the schema default."""
     if "<role>" in key:
         return schema_default

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.arith.env import ArithDuoEnv, parse_number
+from pettingllms.envs.arith.env import ArithDuoEnv, parse_number
 
 
 def test_train_and_test_problems_are_disjoint():

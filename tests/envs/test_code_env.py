@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.code.env import CodeEnv, CodeState, CoderAgent, TesterAgent
+from pettingllms.envs.code.env import CodeEnv, CodeState, CoderAgent, TesterAgent
 from pettingllms.core import InfrastructureError, Problem
 from pettingllms.core.checker import check_env
 from pettingllms.core.env import make_agents

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from envs.math.env import MathEnv, MathState, ReasonerAgent, ToolAgent, make_problem
-from envs.math.verifier import MathVerifier
+from pettingllms.envs.math.env import MathEnv, MathState, ReasonerAgent, ToolAgent, make_problem
+from pettingllms.envs.math.verifier import MathVerifier
 from pettingllms.core.checker import check_env
 from pettingllms.core.env import make_agents
 

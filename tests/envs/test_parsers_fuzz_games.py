@@ -8,19 +8,19 @@ import time
 
 import pytest
 
-from envs.games_common.agents import PlanAgent, ToolAgent
-from envs.games_common.base import PLAN, TOOL
-from envs.games_common.runner import EchoRunner
-from envs.games_common.parsing import (
+from pettingllms.envs.games_common.agents import PlanAgent, ToolAgent
+from pettingllms.envs.games_common.base import PLAN, TOOL
+from pettingllms.envs.games_common.runner import EchoRunner
+from pettingllms.envs.games_common.parsing import (
     extract_code,
     parse_moves,
     parse_sudoku_answer,
     text_after_actions_marker,
     text_after_last,
 )
-from envs.plan_path.env import PlanPathEnv
-from envs.sokoban.env import SokobanEnv
-from envs.sudoku.env import SudokuEnv
+from pettingllms.envs.plan_path.env import PlanPathEnv
+from pettingllms.envs.sokoban.env import SokobanEnv
+from pettingllms.envs.sudoku.env import SudokuEnv
 from pettingllms.core.checker import GARBAGE_RESPONSES, random_responses
 
 ADVERSARIAL = (

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from envs.code import parsing
-from envs.code.env import CodeEnv
-from envs.math.env import MathEnv
+from pettingllms.envs.code import parsing
+from pettingllms.envs.code.env import CodeEnv
+from pettingllms.envs.math.env import MathEnv
 from pettingllms.core.checker import GARBAGE_RESPONSES, random_responses
 from pettingllms.core.env import make_agents
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from envs.games_common.base import PLAN, TOOL
-from envs.games_common.runner import EchoRunner
-from envs.plan_path.env import PlanPathEnv, board_from_rows, generate_grid, shortest_path_length
+from pettingllms.envs.games_common.base import PLAN, TOOL
+from pettingllms.envs.games_common.runner import EchoRunner
+from pettingllms.envs.plan_path.env import PlanPathEnv, board_from_rows, generate_grid, shortest_path_length
 from pettingllms.core import DataError, Problem
 from pettingllms.core.checker import check_env
 

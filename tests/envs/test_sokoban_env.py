@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from envs.games_common.base import PLAN, TOOL
-from envs.games_common.runner import EchoRunner
-from envs.sokoban.env import (
+from pettingllms.envs.games_common.base import PLAN, TOOL
+from pettingllms.envs.games_common.runner import EchoRunner
+from pettingllms.envs.sokoban.env import (
     SokobanEnv,
     board_from_rows,
     generate_level,

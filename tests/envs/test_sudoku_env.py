@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from envs.games_common.base import PLAN, TOOL
-from envs.games_common.runner import EchoRunner
-from envs.sudoku.env import SudokuEnv, breaks_rules, count_solutions, generate_puzzle, is_solved_grid
+from pettingllms.envs.games_common.base import PLAN, TOOL
+from pettingllms.envs.games_common.runner import EchoRunner
+from pettingllms.envs.sudoku.env import SudokuEnv, breaks_rules, count_solutions, generate_puzzle, is_solved_grid
 from pettingllms.core import DataError, Problem
 from pettingllms.core.checker import check_env
 
@@ -135,7 +135,7 @@ def test_rows_without_a_valid_solution_are_a_data_error():
 
 def _solve(puzzle):
     """The solution of a 4x4 puzzle by backtracking (a test fixture: PUZZLE has one solution)."""
-    from envs.sudoku.env import _most_constrained
+    from pettingllms.envs.sudoku.env import _most_constrained
 
     grid = [row[:] for row in puzzle]
 

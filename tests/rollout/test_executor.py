@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from envs.toy.env import TargetsEnv, target_score
+from pettingllms.envs.toy.env import TargetsEnv, target_score
 from pettingllms.core import Problem, PromptTooLongError
 from pettingllms.core.checker import _mutable_ids
 

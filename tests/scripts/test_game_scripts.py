@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.plan_path.env import PlanPathEnv
-from envs.sokoban.env import SokobanEnv
-from envs.sudoku.env import SudokuEnv
+from pettingllms.envs.plan_path.env import PlanPathEnv
+from pettingllms.envs.sokoban.env import SokobanEnv
+from pettingllms.envs.sudoku.env import SudokuEnv
 from pettingllms.config.load import compose, to_schema
 from pettingllms.config.plan import plan_run
 
@@ -107,12 +107,12 @@ def test_script_trains_two_steps_on_cpu(script, tmp_path):
 
 
 def test_config_env_names_resolve_to_the_game_envs():
-    """The configs use registry names; envs/__init__.py (owned by the lead) registers them."""
+    """The configs use registry names; pettingllms/envs/__init__.py (owned by the lead) registers them."""
     from pettingllms.core.registry import ENVS, get_env_class
 
     missing = [name for name in ENVS_BY_NAME if name not in ENVS]
     if missing:
-        pytest.skip(f"{missing} not registered in envs/__init__.py yet (see docs/environments/games.md)")
+        pytest.skip(f"{missing} not registered in pettingllms/envs/__init__.py yet (see docs/environments/games.md)")
     for name, cls in ENVS_BY_NAME.items():
         assert get_env_class(name) is cls
 

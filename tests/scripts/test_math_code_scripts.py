@@ -30,7 +30,7 @@ def script_defaults(script: Path) -> tuple[str, list[str]]:
 
 
 def env_name_overrides(domain: str) -> list[str]:
-    """Until the lead registers ``math``/``code`` in envs/__init__.py, name the classes directly."""
+    """Until the lead registers ``math``/``code`` in pettingllms/envs/__init__.py, name the classes directly."""
     from pettingllms.core.registry import ENVS
 
     if domain in ENVS:

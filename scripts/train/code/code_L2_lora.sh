@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# code, L2: one base model with one LoRA adapter per agent. Settings: configs/code.yaml (docs/environments/code.md).
+# code, L2: one base model with one LoRA adapter per agent. Settings: pettingllms/configs/code.yaml (docs/environments/code.md).
 # Extra arguments are Hydra overrides, e.g. a CPU smoke run:
 #   bash scripts/train/code/code_L2_lora.sh base_models.policy_0.path=smollm2-135m-instruct training.total_training_steps=2
 set -euo pipefail

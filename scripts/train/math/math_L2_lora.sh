@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# math, L2: one base model with one LoRA adapter per agent. Settings: configs/math.yaml (docs/environments/math.md).
+# math, L2: one base model with one LoRA adapter per agent. Settings: pettingllms/configs/math.yaml (docs/environments/math.md).
 # Extra arguments are Hydra overrides, e.g. a CPU smoke run:
 #   bash scripts/train/math/math_L2_lora.sh base_models.policy_0.path=smollm2-135m-instruct training.total_training_steps=2
 set -euo pipefail

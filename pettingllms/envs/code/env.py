@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from envs.code.parsing import last_python_block, parse_test_pairs
-from envs.code.runner import CachedRunner
+from pettingllms.envs.code.parsing import last_python_block, parse_test_pairs
+from pettingllms.envs.code.runner import CachedRunner
 from pettingllms.core import Agent, AgentGraph, Env, Message, Problem, Transition
 from pettingllms.sandbox import Limits, normalise_output
 
@@ -107,7 +107,7 @@ class CodeState:
 
 class CodeEnv(Env):
     graph = AgentGraph.parallel([CODER, TESTER])
-    agent_classes = {CODER: "envs.code.env:CoderAgent", TESTER: "envs.code.env:TesterAgent"}
+    agent_classes = {CODER: "pettingllms.envs.code.env:CoderAgent", TESTER: "pettingllms.envs.code.env:TesterAgent"}
     domain = "code"
 
     def __init__(self, max_turns: int = 5, timeout_s: float = 5.0, sandbox_workers: int = 4,

@@ -1,4 +1,4 @@
-"""``sudoku``: fill the grid. Tool agent + plan agent (``envs/games_common``). 4x4 (default) or 9x9.
+"""``sudoku``: fill the grid. Tool agent + plan agent (``pettingllms/envs/games_common``). 4x4 (default) or 9x9.
 
 - Puzzles have a unique solution: a random full grid (randomised backtracking), then clues are removed in a
   seeded random order, each removal kept only while a solution counter (stopping at 2) still finds exactly one
@@ -21,8 +21,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from envs.games_common.base import GameEnv, Game, Outcome
-from envs.games_common.parsing import parse_sudoku_answer
+from pettingllms.envs.games_common.base import GameEnv, Game, Outcome
+from pettingllms.envs.games_common.parsing import parse_sudoku_answer
 from pettingllms.core import DataError
 
 PROGRESS_WEIGHT, INVALID_FILL, RULE_BROKEN = 1.0, -0.1, -0.5

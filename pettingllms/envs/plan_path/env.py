@@ -1,4 +1,4 @@
-"""``plan_path``: walk from S to G on a grid with walls. Tool agent + plan agent (``envs/games_common``).
+"""``plan_path``: walk from S to G on a grid with walls. Tool agent + plan agent (``pettingllms/envs/games_common``).
 
 - Board symbols: ``#`` wall, ``.`` free, ``@`` you, ``G`` goal (dataset rows use ``S`` for the start). Rows top to
   bottom; moves U, D, L, R. Moving into a wall or off the grid is invalid: you stay.
@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from envs.games_common.base import GameEnv, Game, Outcome
-from envs.games_common.parsing import parse_moves
+from pettingllms.envs.games_common.base import GameEnv, Game, Outcome
+from pettingllms.envs.games_common.parsing import parse_moves
 from pettingllms.core import DataError
 
 DIRECTIONS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}

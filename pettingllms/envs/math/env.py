@@ -11,7 +11,7 @@ Turn 0 shows the problem alone; later turns also show both agents' latest soluti
 agent to select or refine the best one.
 
 Correctness: math-verify equivalence with the dataset's ``answer``, under our own timeout
-(``envs.math.verifier``).
+(``pettingllms.envs.math.verifier``).
 
 Rewards (the executor adds ``alpha * team``):
 - team = 1 if the reasoner's latest answer is correct, else 0 (with ``env.agents=[tool]`` the tool's);
@@ -32,9 +32,9 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from envs.code.parsing import final_answer, last_boxed, last_python_block
-from envs.code.runner import CachedRunner
-from envs.math.verifier import MathVerifier, shared_verifier
+from pettingllms.envs.code.parsing import final_answer, last_boxed, last_python_block
+from pettingllms.envs.code.runner import CachedRunner
+from pettingllms.envs.math.verifier import MathVerifier, shared_verifier
 from pettingllms.core import Agent, AgentGraph, Env, Message, Problem, Transition
 from pettingllms.sandbox import Limits
 
@@ -87,7 +87,7 @@ def make_problem(problem_id: str, question: str, answer: str) -> Problem:
 
 class MathEnv(Env):
     graph = AgentGraph.parallel([REASONER, TOOL])
-    agent_classes = {REASONER: "envs.math.env:ReasonerAgent", TOOL: "envs.math.env:ToolAgent"}
+    agent_classes = {REASONER: "pettingllms.envs.math.env:ReasonerAgent", TOOL: "pettingllms.envs.math.env:ToolAgent"}
     domain = "math"
 
     def __init__(self, max_turns: int = 4, code_timeout_s: float = 10.0, sandbox_workers: int = 4,

@@ -1,4 +1,4 @@
-"""``sokoban``: push every box onto a goal. Tool agent + plan agent (see ``envs/games_common/base.py``).
+"""``sokoban``: push every box onto a goal. Tool agent + plan agent (see ``pettingllms/envs/games_common/base.py``).
 
 - Board symbols: ``#`` wall, ``_`` floor, ``.`` goal, ``$`` box, ``*`` box on a goal, ``@`` player, ``+`` player
   on a goal. Rows top to bottom; moves U, D, L, R. Walking into a wall, or pushing a box into a wall or another
@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from envs.games_common.base import GameEnv, Game, Outcome
-from envs.games_common.parsing import INVALID_MOVE, parse_moves
+from pettingllms.envs.games_common.base import GameEnv, Game, Outcome
+from pettingllms.envs.games_common.parsing import INVALID_MOVE, parse_moves
 from pettingllms.core import DataError
 
 DIRECTIONS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}

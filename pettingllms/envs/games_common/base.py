@@ -117,7 +117,7 @@ class GameEnv(Env):
     """Base of the Sokoban, Sudoku and Plan-Path envs. Subclasses set ``game`` in ``__init__``."""
 
     graph = AgentGraph.sequential([TOOL, PLAN])
-    agent_classes = {TOOL: "envs.games_common.agents:ToolAgent", PLAN: "envs.games_common.agents:PlanAgent"}
+    agent_classes = {TOOL: "pettingllms.envs.games_common.agents:ToolAgent", PLAN: "pettingllms.envs.games_common.agents:PlanAgent"}
     game: Game
 
     def __init__(
