@@ -1,4 +1,4 @@
-"""GPU smoke test (issue #6): vLLM and FSDP2 colocated on one GPU, on the quickstart task, at L1 and L3.
+"""GPU smoke test: what users run (the train scripts' own configs), on whatever GPUs are visible, in one command.
 
     pip install -e '.[gpu]'                      # on a CUDA machine: vLLM
     python benchmarks/gpu_smoke.py               # generation + L1 + L3, 3 training steps each
@@ -7,13 +7,13 @@
 Parts (each adds a section to benchmarks/results/gpu_smoke.json):
 - ``generation``: the executor over a ``VLLMEngine`` on the quickstart workload (arith_duo, tree mode, B
   problems x K branches, two turns), with every batched call recorded; then the very same calls replayed on
-  the bare engine from the same RNG state. Tokens/s of both and their ratio (target >= 0.9, as benchmark 1 of
-  issue #7 asks of the CPU engine).
-- ``L1``: the quickstart config (SmolLM2-135M, one policy shared by both agents, one LoRA adapter) through the
-  real ``Trainer`` on Ray: one FSDP2 rank (``fsdp.enabled``, bf16 mixed precision) and the vLLM engine on the
-  same GPU; vLLM sleeps while the learner trains and gets the adapter from memory after each update.
-- ``L3``: two policies (one model per agent), full fine-tuning, each a one-rank FSDP2 group on half of the
-  GPU (``gpus_per_rank=0.5``) with its own vLLM engine; full weights are synced after each update.
+  the bare engine from the same RNG state. Tokens/s of both and their ratio (target >= 0.9, as for the CPU engine).
+- ``L1``: ``bash scripts/train/math/math_L1_prompt.sh`` as shipped (engine auto = vLLM, GPU_num = every visible GPU,
+  bf16 with fp32 master weights; one FSDP2 rank and one vLLM engine per GPU, colocated, vLLM asleep during updates),
+  with a short budget, a local model (default: the packaged SmolLM2-135M; the lent machines have no hub access)
+  and the offline math set (``scripts/dataprocess/load_math.py``).
+- ``L3``: ``bash scripts/train/math/math_L3_model.sh`` the same way: two full models, the visible GPUs split
+  between them (half a GPU each on a one-GPU machine), each policy with its own vLLM engine(s).
 Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens.
 Peak GPU memory is the device's ``memory.used`` (nvidia-smi, sampled every 0.2 s) over each part, so it covers
 vLLM's engine processes and the learners together.
@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Sequence
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(ROOT))
 
 from _report import load_average, median, out_dir, write_result  # noqa: E402
 
@@ -113,34 +114,40 @@ def generation(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ training
-LEVEL_OVERRIDES = {
-    # One policy, LoRA (the quickstart's own settings), the whole GPU.
-    "L1": ["specialization=L1", "base_models.policy_0.num_gpus=1",
-           "base_models.policy_0.engine_options={gpu_memory_utilization: 0.35, dtype: bfloat16}"],
-    # Two full models, half a GPU each, each with its own vLLM engine.
-    "L3": ["specialization=L3", "base_models.policy_0.lora.rank=0", "base_models.policy_0.gpus_per_rank=0.5",
-           "base_models.policy_0.engine_options={gpu_memory_utilization: 0.2, dtype: bfloat16}", "optim.lr=1e-6"],
+# The train scripts users run, unchanged (their configs decide engine, layout and dtype: engine auto = vLLM on a GPU,
+# GPU_num = the visible GPUs split over the script's policies, bf16). Only the budget, the model (no hub on the lent
+# machine) and the data (the offline math set) are overridden.
+LEVEL_SCRIPTS = {
+    "L1": "scripts/train/math/math_L1_prompt.sh",  # one shared policy on every visible GPU
+    "L3": "scripts/train/math/math_L3_model.sh",  # one model per agent, the GPUs split between them
 }
 
 
-def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
-    from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.trainer import Trainer
-
-    overrides = [
-        f"base_models.policy_0.path={args.model}", "base_models.policy_0.engine=vllm",
-        "base_models.policy_0.fsdp.enabled=true", "base_models.policy_0.fsdp.mixed_precision=true",
-        f"training.total_training_steps={args.steps}", "training.val_before_train=false",
-        f"training.val_freq={args.steps}", "env.max_val_problems=16", "training.export_hf=false",
-        "training.plot=false", "training.resume=none", f"training.log_dir={log_dir}", "training.logger=[console]",
-        "resources.use_ray=true", f"resources.num_cpus={os.cpu_count()}",
-        *LEVEL_OVERRIDES[level],
+def budget_overrides(args: argparse.Namespace, log_dir: Path) -> list[str]:
+    """A short run of a script: its own config, a small budget, a local model and the offline math set."""
+    return [
+        f"base_models.policy_0.path={args.model}", "env.dataset=gsm_symbolic", "env.benchmark=[gsm_symbolic]",
+        f"training.total_training_steps={args.steps}", f"training.train_batch_size={args.problems}",
+        f"rollout.branching={args.branching}", "env.max_turns=2", f"training.max_response_length={args.max_tokens}",  # caps every agent's max_tokens
+        "training.val_before_train=false", f"training.val_freq={args.steps}", "env.max_val_problems=16",
+        "training.export_hf=false", "training.plot=false", "training.resume=none", f"training.log_dir={log_dir}",
     ]
-    trainer = Trainer(to_schema(compose("quickstart", overrides)))
+
+
+def prepare_math_data() -> None:
+    """The offline math sets (reasoning-gym), written under data/math by the loader users run."""
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "dataprocess" / "load_math.py")], cwd=ROOT, check=True)
+
+
+def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
+    script = ROOT / LEVEL_SCRIPTS[level]
+    overrides = budget_overrides(args, log_dir)
+    env = {**os.environ, "PYTHON": sys.executable}
     start = time.perf_counter()
-    trainer.fit()
+    subprocess.run(["bash", str(script), *overrides], cwd=ROOT, env=env, check=True)
     wall = time.perf_counter() - start
-    rows = [json.loads(line) for line in (trainer.run_dir / "summary.log").read_text().splitlines()]
+    (summary,) = log_dir.glob("*/*/*/summary.log")
+    rows = [json.loads(line) for line in summary.read_text().splitlines()]
     steps = [row for row in rows if row.get("step", 0) >= 1 and "timing/update_s" in row]
     per_step = [{
         "step": row["step"],
@@ -153,7 +160,7 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
         "policy_sync_s": {k.split("/")[0]: v for k, v in row.items() if k.endswith("/actor/timing/sync_s")},
     } for row in steps]
     timed = per_step[1:] or per_step  # the first step also compiles kernels and allocates caches
-    return {"overrides": overrides, "wall_s": wall, "steps": per_step,
+    return {"script": LEVEL_SCRIPTS[level], "overrides": overrides, "wall_s": wall, "steps": per_step,
             "medians": {k: median([s[k] for s in timed]) for k in ("update_s", "sync_s", "step_s", "rollout_s")}}
 
 
@@ -173,15 +180,17 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--steps", type=int, default=3, help="training steps per level")
-    parser.add_argument("--problems", type=int, default=16, help="generation part: B")
-    parser.add_argument("--branching", type=int, default=4, help="generation part: K")
-    parser.add_argument("--max-tokens", type=int, default=64, help="generation part: max new tokens")
+    parser.add_argument("--problems", type=int, default=16, help="B: problems per call or step")
+    parser.add_argument("--branching", type=int, default=4, help="K: branches per node")
+    parser.add_argument("--max-tokens", type=int, default=64, help="max new tokens per response")
     parser.add_argument("--repeats", type=int, default=3, help="generation part: paired repeats")
     parser.add_argument("--out-dir")
     args = parser.parse_args(argv)
     device = require_gpu()
     load_before = load_average()
     report: dict = {"device": device}
+    if any(part in LEVEL_SCRIPTS for part in args.parts):
+        prepare_math_data()
     for part in args.parts:
         with GpuMemoryPeak() as memory:
             if part == "generation":

@@ -34,13 +34,14 @@ class ModelConfig:
     path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
     dtype: str = "float32"  # float32 | bfloat16 (training autocast and generation)
     lora: LoraConfig = field(default_factory=LoraConfig)
-    engine: str = "hf"  # hf (transformers, CPU default) | vllm (GPU)
+    engine: str = "auto"  # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
     engine_options: Dict[str, Any] = field(default_factory=dict)  # engine keywords, e.g. vLLM gpu_memory_utilization
-    num_gpus: int = 0  # GPUs for this policy's worker group (0: CPU); = num_ranks x gpus_per_rank
-    tensor_parallel: int = 1  # vLLM tensor parallelism (GPU_num in the scripts)
-    num_threads: int = 0  # torch threads in this policy's worker; 0 = share the CPU budget evenly
-    num_ranks: int = 1  # FSDP2 data-parallel ranks (one Ray actor each) training this policy; docs/distributed.md
-    gpus_per_rank: float = 0.0  # GPUs per rank; 0 = num_gpus / num_ranks; < 1: a share of one GPU (TP=1, one rank)
+    # The GPU layout (docs/distributed.md): num_gpus GPUs -> num_gpus FSDP2 ranks (one GPU each) and
+    # num_gpus / tensor_parallel vLLM engines of tensor_parallel GPUs each, colocated with the ranks.
+    num_gpus: Optional[float] = None  # GPUs for this policy; None = resources.gpus_per_policy (GPU_num); < 1: a share
+    tensor_parallel: int = 1  # GPUs per vLLM engine; must divide num_gpus
+    num_ranks: int = 0  # FSDP2 ranks; 0 = one per GPU (GPU), 1 (CPU). On CPU, N > 1 runs N gloo ranks
+    num_threads: int = 0  # torch threads per rank; 0 = share the CPU budget evenly
     cpus_per_rank: float = 0.0  # Ray CPUs per rank; 0 = num_threads if set, else the CPUs split over all ranks
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
 
@@ -149,6 +150,7 @@ class TrainingConfig:
 @dataclass
 class ResourcesConfig:
     num_cpus: int = 0  # CPUs Ray may use; 0 = all of this machine
+    gpus_per_policy: float = 0.0  # GPU_num: GPUs for every policy without its own base_models.<p>.num_gpus
     use_ray: bool = True  # false: run the policy workers in the driver process (debugging)
     ray_namespace: str = "pettingllms"
 

@@ -45,6 +45,9 @@ class GenerationRequest:
     n: int
     sampling: SamplingParams
     adapter: str | None = None  # LoRA adapter name (L2), or None for the base weights
+    # Requests of one group (an episode's turns) share a prompt prefix: a policy with several engines keeps them on
+    # one engine so its prefix cache serves the later turns (runtime/dispatch.py). None: no preference.
+    prefix_group: str | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -1,11 +1,11 @@
 """Trainer checkpoints as evaluation input.
 
 A run directory (``logs/<experiment>/<date>/<time>``) holds the run's ``config.yaml`` and
-``checkpoints/step_N/policies/<policy>/worker_state.pt`` (``trainer.checkpoint``, ``runtime.worker``). The
+``checkpoints/step_N/policies/<policy>/`` (``trainer.checkpoint``; the format is ``runtime.worker_state``'s). The
 model side of the evaluation (``specialization``, ``base_models``, ``agents``, ``env.agents``) comes from the run's
 config, so every agent gets the policy and LoRA adapter it was trained with; the task side (env, benchmarks,
-sampling) comes from the evaluation config. Weights come from the learner state in ``worker_state.pt`` (full
-weights, or the adapters under LoRA); no optimiser is built.
+sampling) comes from the evaluation config. Weights come from the learner's DCP shards, whatever the number of
+ranks that wrote them (full weights, or the adapters under LoRA); no optimiser is built.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pettingllms.config.load import to_schema
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError
-from pettingllms.models import adapter_names
-from pettingllms.runtime.worker import STATE_FILE as WORKER_STATE_FILE
+from pettingllms.runtime.worker_state import load_trained_weights
 from pettingllms.trainer import checkpoint as ckpt
 
 log = logging.getLogger("pettingllms.eval")
@@ -77,35 +76,14 @@ def load_policy_weights(model: torch.nn.Module, checkpoint: Path, policy: str, a
     ``model`` must be built like the trainer built it (same base, same LoRA adapters).
     """
     folder = checkpoint / POLICIES_DIR
-    path = folder / policy / WORKER_STATE_FILE
-    if not path.is_file():
+    if not (folder / policy).is_dir():
         found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-        raise ConfigError(f"checkpoint {checkpoint} has no state for policy {policy!r} (expected {path}); "
+        raise ConfigError(f"checkpoint {checkpoint} has no state for policy {policy!r} (expected {folder / policy}); "
                           f"it has policies {found}")
-    state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    learner = state.get("learner")
-    if learner is None:
+    loaded = load_trained_weights(model, folder / policy, policy, adapters)
+    if loaded is None:
         log.info("policy %s was not trained in this run (no learner state): evaluating its base weights", policy)
         return "base weights (the policy was not trained)"
-    saved_adapters = tuple(learner.get("adapter_names", ()))
-    missing = [a for a in adapters if a not in saved_adapters]
-    if missing:
-        raise ConfigError(f"the evaluation needs LoRA adapters {missing} on policy {policy!r}, but checkpoint "
-                          f"{checkpoint} trained {list(saved_adapters)}: evaluate the env it was trained on")
-    if tuple(adapter_names(model)) and not saved_adapters:
-        raise ConfigError(f"policy {policy!r} is set up with LoRA adapters but {checkpoint} holds full weights")
-    weights = learner["model"]
-    if saved_adapters:  # adapter weights only; skip adapters of agents this evaluation does not run
-        own = set(model.state_dict())
-        weights = {name: value for name, value in weights.items() if name in own}
-        empty = [a for a in adapters if not any(f".{a}." in name for name in weights)]
-        if empty:
-            raise ConfigError(f"checkpoint {checkpoint} names adapters {empty} of policy {policy!r} but holds no "
-                              "weights for them")
-    try:
-        model.load_state_dict(weights, strict=not saved_adapters)
-    except RuntimeError as exc:
-        raise ConfigError(f"checkpoint weights of policy {policy!r} do not fit the model built from "
-                          f"base_models.{policy}: {exc}") from exc
-    suffix = f", adapters {list(adapters)}" if saved_adapters else ""
-    return f"trained weights from {checkpoint} (learner step {learner.get('step')}){suffix}"
+    suffix = f", adapters {list(adapters)}" if adapters else ""
+    return f"trained weights from {checkpoint} (learner step {loaded['step']}){suffix}"
+

@@ -251,7 +251,8 @@ class Executor:
             self._check_prompt(prompt_ids, name, turn, problem)
             sampling = spec.val_sampling if validation else spec.train_sampling
             sampling = _cap_tokens(sampling, self.config.max_response_length)
-            request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter)
+            request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter,
+                                        prefix_group=episode)
             requests.append((spec.policy, request))
             nodes.append(_Node(name, prompt_ids, messages, []))
         results = await batcher.generate_many(requests)

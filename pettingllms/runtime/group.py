@@ -1,83 +1,75 @@
-"""The set of policy workers of a run, in this process or as Ray actors, behind one interface.
+"""The policies' worker groups of a run, in this process or as Ray actors, behind one interface.
 
-- ``clients()``: what the executor calls to generate (one batched call per policy per flush);
-- ``update(batches)``: every policy's update, run in parallel across policies;
-- ``save``/``load``/``export_hf``: per-policy state under one checkpoint directory.
+- ``clients()``: what the executor calls to generate; a policy with several engines spreads each call over them
+  (``runtime/dispatch.py``);
+- ``update(batches)``: every policy's update, run in parallel across policies; every rank of a policy gets the
+  whole batch;
+- ``save``/``load``/``export_hf``: per-policy state under one checkpoint directory (``runtime/worker_state.py``).
 
-With Ray, each policy is a worker group in its own placement group (``runtime/placement.py``): one
-``PolicyWorker`` actor, or ``num_ranks`` ``FSDPRankWorker`` actors that train one sharded learner together.
-The layout is checked against the cluster before any actor starts. The driver starts its own Ray instance in
-its own namespace, or joins the cluster named by ``RAY_ADDRESS``, and stops only the actors and placement
-groups it created.
+With Ray, each policy is a worker group of ``layout.num_ranks`` ``PolicyWorker`` actors in its own placement
+group (``runtime/placement.py``, one bundle per TP group), checked against the cluster before any actor starts.
+Start-up has two phases: the actors are placed (cheap: ``placement()`` reports the node and the GPU ids Ray
+assigned), then set up (model, process group, learner, engines). ``PolicyGroup(..., setup=False)`` stops after
+the first phase, which is how the simulated-cluster tests check every script's layout without a GPU. The driver
+starts its own Ray instance in its own namespace, or joins the cluster named by ``RAY_ADDRESS``, and stops only
+the actors and placement groups it created.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
-from pettingllms.models import HFChatCodec, resolve_model
-from pettingllms.rollout.policy_client import PolicyClient
-from pettingllms.runtime.placement import PolicyDemand, release, reserve
-from pettingllms.runtime.worker import PolicyWorker, WorkerSpec
+from pettingllms.core import ConfigError, Sample
+from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
+from pettingllms.runtime.dispatch import EngineSetClient
+from pettingllms.runtime.engines import engine_visible_devices
+from pettingllms.runtime.placement import release, reserve
+from pettingllms.runtime.spec import WorkerSpec
+from pettingllms.runtime.worker import PolicyWorker
 
 log = logging.getLogger("pettingllms.runtime")
 CLOSE_TIMEOUT_S = 60.0  # seconds the workers get to stop their engines before they are killed
 
 
-class _LocalClient:
-    def __init__(self, worker: PolicyWorker) -> None:
-        self.worker = worker
-        self.codec = worker.codec
-
-    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        return await asyncio.to_thread(self.worker.generate, list(requests))
-
-
-class _RayClient:
-    def __init__(self, actor, codec: HFChatCodec) -> None:
-        self.actor = actor
-        self.codec = codec
-
-    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        return await self.actor.generate.remote(list(requests))
-
-
-def demand_of(spec: WorkerSpec) -> PolicyDemand:
-    """The resources one policy's worker group reserves."""
-    return PolicyDemand(spec.policy, spec.num_ranks, spec.gpus_per_rank, spec.ray_cpus_per_rank, spec.tensor_parallel)
-
-
 class PolicyGroup:
-    def __init__(self, specs: Sequence[WorkerSpec], use_ray: bool, num_cpus: int = 0, namespace: str = "pettingllms"):
+    def __init__(self, specs: Sequence[WorkerSpec], use_ray: bool, num_cpus: int = 0, namespace: str = "pettingllms",
+                 setup: bool = True):
         self.specs = {s.policy: s for s in specs}
         self.use_ray = use_ray
         self._started_ray = False
-        self.ranks: dict[str, list[Any]] = {}  # Ray: each policy's actors, rank 0 first
-        self._placement: dict[str, Any] = {}
+        self.ranks: dict[str, list[Any]] = {}  # each policy's workers (Ray actors or objects), rank 0 first
+        self.placements: dict[str, list[dict[str, Any]]] = {}  # what each rank reported, with its bundle index
+        self._placement_groups: dict[str, Any] = {}
+        self._clients: dict[str, PolicyClient] = {}
         if use_ray:
-            self._start_ray(specs, num_cpus, namespace)
+            self._start_ray(specs, num_cpus, namespace, setup)
         else:
-            sharded = sorted(s.policy for s in specs if s.fsdp is not None)
-            if sharded:
-                raise ConfigError(
-                    f"policies {sharded} train with FSDP worker groups (num_ranks > 1 or fsdp.enabled), which run "
-                    f"as Ray actors: set resources.use_ray=true"
-                )
-            self.workers = {s.policy: PolicyWorker(s) for s in specs}
-            self._clients = {p: _LocalClient(w) for p, w in self.workers.items()}
+            self._start_local(specs)
 
     # ----------------------------------------------------------------------------------------- set-up
-    def _start_ray(self, specs: Sequence[WorkerSpec], num_cpus: int, namespace: str) -> None:
+    def _start_local(self, specs: Sequence[WorkerSpec]) -> None:
+        grouped = sorted(s.policy for s in specs if s.layout.num_ranks > 1 or s.layout.sharded)
+        if grouped:
+            raise ConfigError(
+                f"policies {grouped} train with FSDP worker groups (several ranks, or fsdp.enabled), which run as "
+                f"Ray actors: set resources.use_ray=true"
+            )
+        for spec in specs:
+            worker = PolicyWorker(spec, 0)
+            worker.setup()
+            self.ranks[spec.policy] = [worker]
+            self.placements[spec.policy] = [{**worker.placement(), "bundle": None}]
+            self._clients[spec.policy] = LocalPolicyClient(worker.engine, worker.codec)
+
+    def _start_ray(self, specs: Sequence[WorkerSpec], num_cpus: int, namespace: str, setup: bool) -> None:
         import ray
 
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS")
-            kwargs = {"namespace": namespace, "include_dashboard": False, "log_to_driver": True}
+            kwargs: dict[str, Any] = {"namespace": namespace, "include_dashboard": False, "log_to_driver": True}
             if not address:
                 kwargs["num_cpus"] = num_cpus or os.cpu_count()
                 # Ray starts workers at nice 15; ours do the compute the driver waits for, so on a shared host
@@ -86,45 +78,73 @@ class PolicyGroup:
             ray.init(address=address, **kwargs)
             self._started_ray = True
         try:
-            self._placement = reserve([demand_of(s) for s in specs])
-            self._start_actors(specs)
+            self._placement_groups = reserve([s.layout for s in specs])
+            self._place_actors(specs)
+            if setup:
+                self._setup_actors()
+                self._clients = {policy: self._ray_client(policy) for policy in self.ranks}
         except BaseException:
             self.shutdown()
             raise
-        self._clients = {
-            p: _RayClient(actors[0], HFChatCodec.from_pretrained(resolve_model(self.specs[p].model_path)))
-            for p, actors in self.ranks.items()
-        }
 
-    def _start_actors(self, specs: Sequence[WorkerSpec]) -> None:
-        """Start every policy's actors in its placement group; FSDP groups rendezvous and load in parallel."""
+    def _place_actors(self, specs: Sequence[WorkerSpec]) -> None:
+        """Start every rank's actor in its TP group's bundle and record where it landed."""
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from pettingllms.runtime.fsdp_worker import FSDPRankWorker
-
+        actor_cls = ray.remote(PolicyWorker)
         for spec in specs:
-            cls = ray.remote(PolicyWorker if spec.fsdp is None else FSDPRankWorker)
+            layout = spec.layout
             actors = []
-            for rank in range(spec.num_ranks):
-                options = cls.options(
-                    num_cpus=spec.ray_cpus_per_rank,
-                    num_gpus=spec.gpus_per_rank,
+            for rank in range(layout.num_ranks):
+                options = actor_cls.options(
+                    num_cpus=layout.cpus_per_rank,
+                    num_gpus=layout.gpus_per_rank,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        placement_group=self._placement[spec.policy], placement_group_bundle_index=rank
+                        placement_group=self._placement_groups[spec.policy],
+                        placement_group_bundle_index=layout.bundle_of(rank),
                     ),
                 )
-                actors.append(options.remote(spec) if spec.fsdp is None else options.remote(spec, rank))
+                actors.append(options.remote(spec, rank))
             self.ranks[spec.policy] = actors
-        rendezvous = {p: self.ranks[p][0].rendezvous.remote() for p, s in self.specs.items() if s.fsdp is not None}
+        reports = {p: [a.placement.remote() for a in actors] for p, actors in self.ranks.items()}
+        for policy, refs in reports.items():
+            layout = self.specs[policy].layout
+            self.placements[policy] = [{**report, "bundle": layout.bundle_of(report["rank"])}
+                                       for report in ray.get(refs)]
+
+    def _setup_actors(self) -> None:
+        """Set up every policy's ranks at once; sharded groups meet at rank 0's rendezvous."""
+        import ray
+
         started = []
         for policy, actors in self.ranks.items():
-            if policy in rendezvous:
-                address, port = ray.get(rendezvous[policy])
-                started += [actor.setup.remote(address, port) for actor in actors]
-            else:
-                started.append(actors[0].ready.remote())
+            layout = self.specs[policy].layout
+            address, port = ray.get(actors[0].rendezvous.remote()) if layout.sharded else (None, None)
+            for rank, actor in enumerate(actors):
+                started.append(actor.setup.remote(address, port, self.engine_devices(policy, rank)))
         ray.get(started)  # surface start-up errors now
+
+    def engine_devices(self, policy: str, rank: int) -> str | None:
+        """For the host of a TP>1 engine: its TP group's GPU ids, its own first (None otherwise)."""
+        layout = self.specs[policy].layout
+        if layout.tensor_parallel == 1 or not layout.hosts_engine(rank):
+            return None
+        reports = {r["rank"]: r for r in self.placements[policy]}
+        peers = [reports[r]["gpu_ids"] for r in layout.tp_group(rank) if r != rank]
+        return engine_visible_devices(reports[rank]["gpu_ids"], peers)
+
+    def _ray_client(self, policy: str) -> EngineSetClient:
+        from pettingllms.models import HFChatCodec, resolve_model
+
+        spec = self.specs[policy]
+        hosts = [self.ranks[policy][rank] for rank in spec.layout.engine_ranks]
+        codec = HFChatCodec.from_pretrained(resolve_model(spec.model_path))
+
+        async def call(engine: int, requests):
+            return await hosts[engine].generate.remote(requests)
+
+        return EngineSetClient(len(hosts), call, codec)
 
     # ----------------------------------------------------------------------------------------- API
     def clients(self) -> dict[str, PolicyClient]:
@@ -141,10 +161,10 @@ class PolicyGroup:
                 refs[policy] = [actor.update.remote(*shared) for actor in self.ranks[policy]]
             return self._rank0_results(refs)
         if len(batches) == 1:
-            (p, (s, a)), = batches.items()
-            return {p: self.workers[p].update(s, a)}
+            (policy, (samples, advantages)), = batches.items()
+            return {policy: self.ranks[policy][0].update(samples, advantages)}
         with ThreadPoolExecutor(max_workers=len(batches)) as pool:
-            futures = {p: pool.submit(self.workers[p].update, s, a) for p, (s, a) in batches.items()}
+            futures = {p: pool.submit(self.ranks[p][0].update, s, a) for p, (s, a) in batches.items()}
             return {p: f.result() for p, f in futures.items()}
 
     def save(self, directory: str) -> None:
@@ -158,8 +178,10 @@ class PolicyGroup:
 
     def shutdown(self) -> None:
         if not self.use_ray:
-            for worker in self.workers.values():
-                worker.close()
+            for workers in self.ranks.values():
+                for worker in workers:
+                    worker.close()
+            self.ranks = {}
             return
         import ray
 
@@ -171,8 +193,8 @@ class PolicyGroup:
         for actor in actors:
             ray.kill(actor)
         self.ranks = {}
-        release(self._placement)
-        self._placement = {}
+        release(self._placement_groups)
+        self._placement_groups = {}
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
@@ -181,7 +203,7 @@ class PolicyGroup:
         if self.use_ray:
             refs = {p: [getattr(a, method).remote(arg_for(p)) for a in actors] for p, actors in self.ranks.items()}
             return self._rank0_results(refs)
-        return {p: getattr(w, method)(arg_for(p)) for p, w in self.workers.items()}
+        return {p: getattr(workers[0], method)(arg_for(p)) for p, workers in self.ranks.items()}
 
     @staticmethod
     def _rank0_results(refs: Mapping[str, list[Any]]) -> dict[str, Any]:

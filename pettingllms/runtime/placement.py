@@ -1,143 +1,125 @@
 """Where each policy's worker group runs: one Ray placement group per policy, checked before anything starts.
 
-A policy declares ``num_ranks`` ranks, each needing ``gpus_per_rank`` GPUs and ``cpus_per_rank`` CPUs; its
-placement group has one bundle per rank. ``check_layout`` is the pure arithmetic: the sum over policies must fit
-the cluster, and one rank's bundle must fit on one node. Its errors spell the arithmetic out, e.g.
+A policy's layout (``runtime/layout.py``) asks for one bundle per TP group: T ranks' GPUs and CPUs, so every
+engine's GPUs are on one node. ``check_layout`` is the pure arithmetic: the sum over policies must fit the
+cluster, and one bundle must fit on one node. Its errors spell the arithmetic out and name the fix, e.g.
 
-    policy_0 needs 2 ranks x 2 GPUs (TP=2) = 4 GPUs, policy_1 needs 1 rank x 2 GPUs = 2 GPUs; the cluster has
-    4 GPUs: 6 > 4
+    2 policies x 8 GPUs = 16 GPUs > 8 GPUs in the cluster: set GPU_num=4 (resources.gpus_per_policy=4)
 
 ``reserve`` creates the placement groups (strategy PACK: a group's bundles share a node when they fit, and
 spread over nodes when they do not) and waits for them with a deadline, so an unsatisfiable request fails
 with a message instead of hanging.
-
-Several small policies may share one GPU (``gpus_per_rank`` below 1, e.g. 0.5 each for L3 with two policies
-on one GPU): then each has one rank and TP=1, and its vLLM ``gpu_memory_utilization`` must leave room for the
-others.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core.errors import ConfigError
+from pettingllms.runtime.layout import WorkerLayout
 
 RESERVE_TIMEOUT_S = 120.0
 
 
 class PlacementError(ConfigError):
-    """The declared per-policy resources cannot be placed on this cluster."""
-
-
-@dataclass(frozen=True)
-class PolicyDemand:
-    """What one policy's worker group asks for."""
-
-    policy: str
-    num_ranks: int = 1
-    gpus_per_rank: float = 0.0
-    cpus_per_rank: float = 1.0
-    tensor_parallel: int = 1
-
-    def __post_init__(self) -> None:
-        where = f"base_models.{self.policy}"
-        if self.num_ranks < 1:
-            raise PlacementError(f"{where}.num_ranks must be >= 1, got {self.num_ranks}")
-        if self.gpus_per_rank < 0:
-            raise PlacementError(f"{where}.gpus_per_rank must be >= 0, got {self.gpus_per_rank}")
-        if self.cpus_per_rank <= 0:
-            raise PlacementError(f"{where}.cpus_per_rank must be > 0, got {self.cpus_per_rank}")
-        if self.tensor_parallel < 1:
-            raise PlacementError(f"{where}.tensor_parallel must be >= 1, got {self.tensor_parallel}")
-
-    @property
-    def gpus(self) -> float:
-        return self.num_ranks * self.gpus_per_rank
-
-    @property
-    def cpus(self) -> float:
-        return self.num_ranks * self.cpus_per_rank
-
-    def bundles(self) -> list[dict[str, float]]:
-        """One Ray resource bundle per rank."""
-        bundle = {"CPU": float(self.cpus_per_rank)}
-        if self.gpus_per_rank > 0:
-            bundle["GPU"] = float(self.gpus_per_rank)
-        return [dict(bundle) for _ in range(self.num_ranks)]
-
-    def explain(self, resource: str) -> str:
-        per_rank = self.gpus_per_rank if resource == "GPU" else self.cpus_per_rank
-        total = self.gpus if resource == "GPU" else self.cpus
-        ranks = f"{self.num_ranks} rank{'s' if self.num_ranks != 1 else ''}"
-        tp = f" (TP={self.tensor_parallel})" if resource == "GPU" and self.tensor_parallel > 1 else ""
-        return f"{self.policy} needs {ranks} x {_amount(per_rank, resource)}{tp} = {_amount(total, resource)}"
+    """The policies' worker groups cannot be placed on this cluster."""
 
 
 def check_layout(
-    demands: Sequence[PolicyDemand],
+    layouts: Sequence[WorkerLayout],
     cluster: Mapping[str, float],
     largest_node: Mapping[str, float] | None = None,
+    where: str = "the cluster",
 ) -> None:
-    """Raise ``PlacementError`` unless every policy's ranks fit: in total, and each rank on a single node.
+    """Raise ``PlacementError`` unless every policy fits: in total, and each TP group's bundle on a single node.
 
     cluster: total resources (Ray's ``cluster_resources()``: ``{"CPU": 16, "GPU": 8, ...}``).
     largest_node: the most of each resource any one node has; None skips the per-node check.
+    where: how the message names the resources ("the cluster", "this machine").
     """
-    problems = []
-    for resource in ("GPU", "CPU"):
-        needed = sum(d.gpus if resource == "GPU" else d.cpus for d in demands)
-        have = float(cluster.get(resource, 0.0))
-        if needed > have + 1e-9:
-            parts = ", ".join(d.explain(resource) for d in demands if (d.gpus if resource == "GPU" else d.cpus) > 0)
-            problems.append(
-                f"{parts}; the cluster has {_amount(have, resource)}: {_number(needed)} > {_number(have)}"
-            )
+    problems = [_gpu_total(layouts, float(cluster.get("GPU", 0.0)), where)]
+    problems.append(_cpu_total(layouts, float(cluster.get("CPU", 0.0)), where))
     if largest_node is not None:
-        for d in demands:
-            for resource, per_rank in (("GPU", d.gpus_per_rank), ("CPU", d.cpus_per_rank)):
-                node_max = float(largest_node.get(resource, 0.0))
-                if per_rank > node_max + 1e-9:
-                    problems.append(
-                        f"one rank of {d.policy} needs {_amount(per_rank, resource)} on one node, and the largest "
-                        f"node has {_amount(node_max, resource)}"
-                    )
-    for d in demands:
-        shares_a_gpu = 0 < d.gpus_per_rank < 1
-        if shares_a_gpu and (d.num_ranks > 1 or d.tensor_parallel > 1):
-            problems.append(
-                f"{d.policy}: gpus_per_rank={d.gpus_per_rank} (a share of one GPU) fits only one rank with "
-                f"tensor_parallel=1; it has {d.num_ranks} ranks and TP={d.tensor_parallel} (NCCL ranks and TP shards "
-                f"each need a GPU of their own)"
-            )
-        elif d.gpus_per_rank > 1 and d.gpus_per_rank % 1:
-            problems.append(f"{d.policy}: gpus_per_rank={d.gpus_per_rank} must be a whole number of GPUs (or < 1)")
+        problems += [_node_fit(layout, largest_node) for layout in layouts]
+    problems = [p for p in problems if p]
     if problems:
-        raise PlacementError(
-            "impossible resource layout: " + "; ".join(problems)
-            + ". Lower base_models.<policy>.num_ranks, gpus_per_rank or cpus_per_rank, or add nodes"
-            + " (resources.num_cpus sets the CPUs of a local Ray instance)"
-        )
+        raise PlacementError("impossible resource layout: " + "; ".join(problems))
 
 
-def reserve(demands: Sequence[PolicyDemand], timeout_s: float = RESERVE_TIMEOUT_S) -> dict[str, Any]:
-    """Check the layout against the running Ray cluster, then create and wait for one placement group per
+def _gpu_total(layouts: Sequence[WorkerLayout], have: float, where: str) -> str | None:
+    needed = sum(layout.gpus for layout in layouts)
+    if needed <= have + 1e-9:
+        return None
+    users = [layout for layout in layouts if layout.gpus > 0]
+    amounts = {layout.gpus for layout in users}
+    if len(amounts) == 1 and len(users) > 1:
+        need = f"{len(users)} policies x {_amount(users[0].gpus, 'GPU')} = {_amount(needed, 'GPU')}"
+    else:
+        need = ", ".join(f"{layout.policy} needs {_amount(layout.gpus, 'GPU')}" for layout in users)
+        need += f" = {_amount(needed, 'GPU')}" if len(users) > 1 else ""
+    return f"{need} > {_amount(have, 'GPU')} in {where}: {_gpu_fix(users, have)}"
+
+
+def _gpu_fix(users: Sequence[WorkerLayout], have: float) -> str:
+    """The GPU_num that makes these policies fit, or what else to do."""
+    if have <= 0:
+        return "no GPUs are visible; run on CPU with GPU_num=0, or start on (or join, RAY_ADDRESS) a GPU node"
+    count = len(users)
+    step = math.lcm(*(layout.tensor_parallel for layout in users))
+    per_policy = int(have // count) // step * step
+    if per_policy >= 1:
+        return f"set GPU_num={per_policy} (resources.gpus_per_policy={per_policy}) or add GPUs"
+    share = 1.0 / count if have >= 1 and step == 1 else 0.0
+    if share > 0:
+        return (f"set GPU_num={share:g} (resources.gpus_per_policy={share:g}: the policies share one GPU, each with "
+                f"one rank and a vLLM gpu_memory_utilization below {share:g}) or add GPUs")
+    return f"add GPUs, or lower base_models.<policy>.tensor_parallel (the policies' TP sizes need multiples of {step})"
+
+
+def _cpu_total(layouts: Sequence[WorkerLayout], have: float, where: str) -> str | None:
+    needed = sum(layout.cpus for layout in layouts)
+    if needed <= have + 1e-9:
+        return None
+    parts = ", ".join(
+        f"{layout.policy} needs {layout.num_ranks} rank{'s' if layout.num_ranks != 1 else ''} x "
+        f"{_amount(layout.cpus_per_rank, 'CPU')} = {_amount(layout.cpus, 'CPU')}"
+        for layout in layouts
+    )
+    return (f"{parts}; {where} has {_amount(have, 'CPU')}: {_number(needed)} > {_number(have)}. Lower "
+            f"base_models.<policy>.cpus_per_rank or num_ranks (resources.num_cpus sets the CPUs of a local Ray "
+            f"instance)")
+
+
+def _node_fit(layout: WorkerLayout, largest_node: Mapping[str, float]) -> str | None:
+    bundle = layout.bundles()[0]
+    for resource, amount in bundle.items():
+        node_max = float(largest_node.get(resource, 0.0))
+        if amount > node_max + 1e-9:
+            what = (f"one engine of {layout.policy} needs {_amount(amount, resource)} on one node "
+                    f"(tensor_parallel={layout.tensor_parallel})" if layout.tensor_parallel > 1
+                    else f"one rank of {layout.policy} needs {_amount(amount, resource)} on one node")
+            return f"{what}, and the largest node has {_amount(node_max, resource)}"
+    return None
+
+
+def reserve(layouts: Sequence[WorkerLayout], timeout_s: float = RESERVE_TIMEOUT_S) -> dict[str, Any]:
+    """Check the layouts against the running Ray cluster, then create and wait for one placement group per
     policy. Returns ``{policy: PlacementGroup}``; on failure removes what it created and raises."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    check_layout(demands, ray.cluster_resources(), largest_node_resources())
+    check_layout(layouts, ray.cluster_resources(), largest_node_resources())
     groups: dict[str, Any] = {}
     try:
-        for d in demands:
-            groups[d.policy] = placement_group(d.bundles(), strategy="PACK", name="")
-        for d in demands:
-            ready, _ = ray.wait([groups[d.policy].ready()], timeout=timeout_s)
+        for layout in layouts:
+            groups[layout.policy] = placement_group(layout.bundles(), strategy="PACK", name="")
+        for layout in layouts:
+            ready, _ = ray.wait([groups[layout.policy].ready()], timeout=timeout_s)
             if not ready:
                 raise PlacementError(
-                    f"could not reserve {d.explain('GPU') if d.gpus else d.explain('CPU')} for {d.policy} within "
-                    f"{timeout_s:.0f} s; free now: {ray.available_resources()}. Other jobs may hold the resources"
+                    f"could not reserve {layout.describe()} for {layout.policy} within {timeout_s:.0f} s; free now: "
+                    f"{ray.available_resources()}. Other jobs may hold the resources"
                 )
     except BaseException:
         for group in groups.values():

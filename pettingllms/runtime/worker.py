@@ -1,169 +1,278 @@
-"""A policy worker: one rollout engine and one learner, in one process (colocated on the same GPU, if any).
+"""``PolicyWorker``: one rank of a policy's worker group (a Ray actor, or an object in the driver for debugging).
 
-With the transformers engine the engine and the learner hold the *same* module object, so a weight sync after
-an update costs nothing. The vLLM engine keeps its own copy: it sleeps while the learner trains and receives
-the trained tensors from memory afterwards (runtime/engine_sync.py). Each worker owns an explicit torch thread budget: on a small CPU machine two workers with
-the default thread count slow each other down several-fold (DESIGN.md).
+A policy's worker group is ``layout.num_ranks`` ranks (``runtime/layout.py``). Every rank holds the learner: the
+whole model in a one-rank group, or a shard of it in an FSDP2 group (``layout.sharded``: gloo on CPU, nccl on GPU,
+one process group per policy with its own rendezvous port). Every rank that starts a TP group hosts an engine
+(``layout.hosts_engine``), so every GPU generates:
+
+- one-rank group with the transformers engine: the engine generates with the learner's own module, so an update
+  is visible to it at once (no copy, no sync);
+- otherwise the engine keeps its own copy of the weights (vLLM; or a full transformers copy beside an FSDP
+  shard). After every update all ranks stream the trained tensors (``full_weights``: one all-gather per tensor,
+  a collective) and every engine host hands them to its engine from memory (``EngineSync``); vLLM sleeps while
+  the learner trains.
+
+Life cycle: the constructor only records the spec, so Ray can place the actor and ``placement()`` can report
+where it landed without touching a GPU; ``setup`` loads the model, joins the process group and builds the
+learner and the engine. Heavy modules (torch, transformers) are imported there.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
-
-import torch
+from typing import Any, Iterator, Sequence
 
 from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
-from pettingllms.learner import LearnerConfig, PolicyLearner
-from pettingllms.learner.fsdp import FSDPOptions, full_weights, trained_parameter_names
-from pettingllms.models import HFChatCodec, LoraSpec, load_model, resolve_model, use_adapter
-from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
+from pettingllms.runtime.spec import WorkerSpec
 
-STATE_FILE = "worker_state.pt"
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    policy: str
-    model_path: str
-    learner: LearnerConfig
-    dtype: str = "float32"
-    lora: LoraSpec | None = None
-    adapters: tuple[str, ...] = ()  # L2: one per agent
-    frozen: tuple[str, ...] = ()  # agents whose samples never train this policy
-    trainable: bool = True
-    seed: int = 0
-    num_threads: int = 0  # 0: leave torch's default
-    engine: str = "hf"
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    # Worker group layout (see runtime/placement.py). fsdp None: one PolicyWorker process (num_ranks must be 1);
-    # set: num_ranks FSDPRankWorker processes training one FSDP2-sharded learner.
-    num_ranks: int = 1
-    gpus_per_rank: float = 0.0
-    cpus_per_rank: float = 0.0  # Ray CPUs per rank; 0: max(1, num_threads)
-    tensor_parallel: int = 1
-    fsdp: FSDPOptions | None = None
-
-    def __post_init__(self) -> None:
-        if self.fsdp is None and self.num_ranks != 1:
-            raise ConfigError(f"policy {self.policy!r}: num_ranks={self.num_ranks} needs FSDP options (fsdp)")
-
-    @property
-    def ray_cpus_per_rank(self) -> float:
-        return self.cpus_per_rank if self.cpus_per_rank > 0 else float(max(1, self.num_threads))
+log = logging.getLogger("pettingllms.runtime")
 
 
 class PolicyWorker:
-    def __init__(self, spec: WorkerSpec) -> None:
+    """Rank ``rank`` of ``spec.layout.num_ranks``. With several ranks: ``rendezvous`` on rank 0, then ``setup`` on
+    every rank at once (they meet in the process group)."""
+
+    def __init__(self, spec: WorkerSpec, rank: int = 0) -> None:
+        self.spec = spec
+        self.layout = spec.layout
+        self.rank = rank
+        self.learner = None
+        self.engine = None
+        self.sync = None
+        self._model = None
+        self._engine_model = None  # a transformers engine's own full copy (FSDP groups)
+        self._codec = None
+
+    # ------------------------------------------------------------------------------------------ placement
+    def placement(self) -> dict[str, Any]:
+        """Where this rank runs and what it was given; no GPU is touched (simulated-cluster tests, diagnostics)."""
+        info: dict[str, Any] = {
+            "policy": self.spec.policy,
+            "rank": self.rank,
+            "world_size": self.layout.num_ranks,
+            "hosts_engine": self.layout.hosts_engine(self.rank),
+            "engine": self.spec.engine,
+            "tensor_parallel": self.layout.tensor_parallel,
+            "tp_group": list(self.layout.tp_group(self.rank)),
+            "backend": self.layout.backend if self.layout.sharded else None,
+            "pid": os.getpid(),
+            "node_id": None,
+            "placement_group": None,
+            "gpu_ids": [],
+        }
+        import ray
+
+        if ray.is_initialized():
+            context = ray.get_runtime_context()
+            info["node_id"] = context.get_node_id()
+            info["placement_group"] = context.get_placement_group_id()
+            info["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
+        return info
+
+    def rendezvous(self) -> tuple[str, int]:
+        """(address, free port) on this node for the policy's process group; called on rank 0."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        address = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+        return address, port
+
+    # ------------------------------------------------------------------------------------------ set-up
+    def setup(self, address: str | None = None, port: int | None = None, engine_devices: str | None = None) -> str:
+        """Build this rank: process group (sharded groups), model or shard, learner, and engine (engine hosts).
+
+        engine_devices: on the host of a TP>1 engine, the GPUs of its TP group (``engines.engine_visible_devices``).
+        """
+        from pettingllms.runtime.engines import expose_tp_group_gpus
+
+        if engine_devices and self.layout.tensor_parallel > 1 and self.layout.hosts_engine(self.rank):
+            expose_tp_group_gpus(engine_devices)  # before anything starts CUDA in this process
+        import torch
+
+        spec = self.spec
         if spec.num_threads > 0:
             torch.set_num_threads(spec.num_threads)
-        torch.manual_seed(spec.seed)
-        self.spec = spec
+        torch.manual_seed(spec.seed)  # every rank builds the same initial weights (LoRA A is random)
+        device = torch.device("cuda", 0) if self.layout.uses_gpus else torch.device("cpu")
+        if self.layout.uses_gpus:
+            torch.cuda.set_device(device)  # Ray exposes this rank's GPU first
+        if self.layout.sharded:
+            self._join_process_group(address, port)
+        self._build_learner(device)
+        self._build_engine(device)
+        self._push_weights(trained_only=False)  # engines start from exactly the learner's weights
+        return spec.policy
+
+    def _join_process_group(self, address: str | None, port: int | None) -> None:
+        import torch.distributed as dist
+
+        if address is None or port is None:
+            raise ConfigError(f"policy {self.spec.policy!r}: a sharded worker group needs rank 0's rendezvous")
+        dist.init_process_group(self.layout.backend, init_method=f"tcp://{address}:{port}", rank=self.rank,
+                                world_size=self.layout.num_ranks)
+
+    def _build_learner(self, device) -> None:
+        from pettingllms.learner import PolicyLearner
+        from pettingllms.learner.fsdp import SINGLE_PROCESS, DataParallel, shard_model
+        from pettingllms.models import load_model, resolve_model, use_adapter
+
+        spec = self.spec
         path = resolve_model(spec.model_path)
-        lora_names = spec.adapters if spec.lora is not None else ()
-        # Ray sets CUDA_VISIBLE_DEVICES to this worker's GPUs: the learner takes the first one.
-        device = torch.device("cuda", 0) if spec.gpus_per_rank > 0 else torch.device("cpu")
-        self.model = load_model(path, spec.dtype, spec.lora, lora_names).to(device)
-        self.codec = HFChatCodec.from_pretrained(path)
-        self.engine = make_engine(spec, self.model, self.codec)
-        self.sync = EngineSync(self.engine, peft_adapter_configs(self.model, lora_names))
-        self.learner = None
+        model = load_model(path, spec.dtype, spec.lora, spec.lora_names)
+        reference = None
+        if self.layout.sharded:
+            if spec.trainable and spec.learner.kl.enabled and not spec.lora_names:
+                # The learner's default reference is a deep copy; under FSDP it is sharded like the policy.
+                reference = shard_model(load_model(path, spec.dtype), spec.fsdp, device)
+            shard_model(model, spec.fsdp, device)
+        else:
+            model = model.to(device)
+        self._model = model
         if spec.trainable:
             self.learner = PolicyLearner(
-                self.model,
+                model,
                 spec.learner,
-                adapter_names=lora_names,
+                adapter_names=spec.lora_names,
+                ref_model=reference,
                 adapter_context=use_adapter,
                 frozen=spec.frozen,
                 policy=spec.policy,
                 pad_token_id=self.codec.pad_token_id,
+                data_parallel=DataParallel(self.rank, self.layout.num_ranks) if self.layout.sharded
+                else SINGLE_PROCESS,
             )
-        if lora_names:
-            self.sync.push(full_weights(self.model, self._trained_names(trained_only=False)))  # fresh adapters
+
+    def _build_engine(self, device) -> None:
+        from pettingllms.models import load_model, resolve_model
+        from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
+        from pettingllms.runtime.engines import make_engine
+
+        spec = self.spec
+        if self.layout.hosts_engine(self.rank):
+            engine_model = None
+            if spec.engine == "hf":
+                if self.layout.sharded:  # a full copy beside the shard, refreshed after every update
+                    engine_model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora,
+                                              spec.lora_names).to(device)
+                    self._engine_model = engine_model
+                else:
+                    engine_model = self._model  # the learner's own module: updates are visible at once
+            index = self.layout.engine_ranks.index(self.rank)
+            self.engine = make_engine(spec, engine_model, self.codec, index)
+        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names))
+
+    @property
+    def codec(self):
+        if self._codec is None:
+            from pettingllms.models import HFChatCodec, resolve_model
+
+            self._codec = HFChatCodec.from_pretrained(resolve_model(self.spec.model_path))
+        return self._codec
 
     def ready(self) -> str:
         return self.spec.policy
 
+    # ------------------------------------------------------------------------------------------ work
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        if self.engine is None:
+            raise RuntimeError(f"policy {self.spec.policy!r}: rank {self.rank} hosts no engine (engine ranks: "
+                               f"{list(self.layout.engine_ranks)})")
         return self.engine.generate(list(requests))
 
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
+        """One training iteration (every rank gets the whole batch), then the weight sync to every engine."""
         if self.learner is None:
             return {}
         self.sync.release_for_update()
-        start = time.perf_counter()
+        started = time.perf_counter()
         metrics = dict(self.learner.update(samples, advantages))
-        metrics["timing/update_s"] = time.perf_counter() - start
-        # The transformers engine generates with the module just updated (0 s); vLLM gets the tensors.
-        metrics["timing/sync_s"] = self.sync.push(full_weights(self.model, self._trained_names(trained_only=True)))
+        metrics["timing/update_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        self._push_weights(trained_only=True)
+        metrics["timing/sync_s"] = time.perf_counter() - started
         return metrics
 
-    def _trained_names(self, trained_only: bool) -> list[str]:
-        """Parameters the engine must receive: all of a full model; under LoRA, the (trained) adapters'."""
-        adapters = self.spec.adapters if self.spec.lora is not None else ()
-        frozen = self.spec.frozen if trained_only else ()
-        return trained_parameter_names(self.model, adapters, frozen)
+    def full_weights(self, trained_only: bool = False) -> Iterator[tuple[str, Any]]:
+        """The policy's full (unsharded) weights, one ``(name, tensor)`` at a time. Under FSDP a collective: every
+        rank iterates it to the end together. ``trained_only``: the tensors an update changes (all of a full
+        model; the unfrozen adapters under LoRA)."""
+        from pettingllms.learner.fsdp import full_weights, trained_parameter_names
 
+        frozen = self.spec.frozen if trained_only else ()
+        names = trained_parameter_names(self._model, self.spec.lora_names, frozen)
+        return full_weights(self._model, names)
+
+    def _push_weights(self, trained_only: bool) -> None:
+        if self.engine is not None and self._engine_model is None and not self.sync.owns_weights:
+            return  # the engine generates with the learner's own module: nothing to move
+        stream = self.full_weights(trained_only)
+        if self._engine_model is not None:
+            from pettingllms.learner.fsdp import load_weights_into
+
+            load_weights_into(self._engine_model, stream)
+        else:  # vLLM (tensors or adapters from memory); ranks without an engine join the all-gathers only
+            self.sync.push(stream)
+
+    # ------------------------------------------------------------------------------------------ state
     def save(self, directory: str) -> None:
-        folder = Path(directory)
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {
-            "learner": self.learner.state_dict() if self.learner else None,
-            "engine_rng": self.engine.get_rng_state(),
-            "torch_rng": torch.get_rng_state(),
-        }
-        torch.save(state, folder / STATE_FILE)
+        from pettingllms.runtime.worker_state import save_worker_state
+
+        engine_rng = self.engine.get_rng_state() if self.engine is not None else None
+        save_worker_state(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng)
 
     def load(self, directory: str) -> None:
-        path = Path(directory) / STATE_FILE
-        if not path.is_file():
-            raise ConfigError(f"checkpoint for policy {self.spec.policy!r} not found at {path}")
-        state = torch.load(path, weights_only=False)
-        if self.learner is not None and state["learner"] is not None:
-            self.learner.load_state_dict(state["learner"])
-            # An engine with its own copy (vLLM) still holds the initial weights: give it the restored ones.
-            self.sync.push(full_weights(self.model, self._trained_names(trained_only=False)))
-        self.engine.set_rng_state(state["engine_rng"])
-        torch.set_rng_state(state["torch_rng"])
+        from pettingllms.runtime.worker_state import load_worker_state
+
+        engine_rng = load_worker_state(Path(directory), self.learner, self.rank, self.spec.policy)
+        if self.engine is not None and engine_rng is not None:
+            self.engine.set_rng_state(engine_rng)
+        # An engine with its own copy still holds the initial weights: give it the restored ones.
+        self._push_weights(trained_only=False)
+
+    def export_hf(self, directory: str) -> list[str]:
+        """Hugging Face weights (full model: safetensors + tokenizer; LoRA: one peft folder per adapter), written
+        by rank 0. A collective for sharded groups (the full tensors are gathered on every rank)."""
+        if self.learner is None:
+            return []
+        from pettingllms.learner.learner import export_hf_model
+        from pettingllms.models import load_model, resolve_model
+
+        model = self._model
+        if self.layout.sharded:
+            stream = self.full_weights()
+            if self.rank != 0:
+                for _ in stream:  # take part in the all-gathers
+                    pass
+                return []
+            spec = self.spec
+            model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora, spec.lora_names)
+            from pettingllms.learner.fsdp import load_weights_into
+
+            load_weights_into(model, stream)
+        return save_tokenizer_beside(export_hf_model(model, self.spec.lora_names, directory), self.codec)
 
     def close(self) -> None:
-        """Stop the engine's own processes (vLLM); the transformers engine has none."""
+        """Stop the engine's own processes (vLLM) and leave the policy's process group."""
         close = getattr(self.engine, "close", None)
         if callable(close):
             close()
+        if self.layout.sharded:
+            import torch.distributed as dist
 
-    def export_hf(self, directory: str) -> list[str]:
-        if self.learner is None:
-            return []
-        return save_tokenizer_beside(self.learner.export_hf(directory), self.codec)
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
-def save_tokenizer_beside(paths: Sequence[Path | str], codec: HFChatCodec) -> list[str]:
+def save_tokenizer_beside(paths: Sequence[Path | str], codec) -> list[str]:
     """Write the tokenizer (chat template included) into every exported full-model folder, so it loads and
     serves on its own (vLLM, transformers); adapter folders load on top of the base model and need none."""
     for path in paths:
         if (Path(path) / "config.json").is_file():
             codec.tokenizer.save_pretrained(path)
     return [str(p) for p in paths]
-
-
-def make_engine(spec: WorkerSpec, model: torch.nn.Module, codec: HFChatCodec):
-    """The policy's rollout engine: transformers on ``model`` itself, or vLLM with its own copy of the weights."""
-    if spec.engine == "hf":
-        from pettingllms.rollout.hf_engine import HFEngine
-
-        return HFEngine(model, codec, seed=spec.seed, **spec.engine_options)
-    if spec.engine == "vllm":
-        from pettingllms.rollout.vllm_engine import VLLMEngine
-
-        # Colocated with the learner: sleep on GPU. The learner's dtype unless engine_options say otherwise.
-        options = {"enable_sleep_mode": True, "dtype": spec.dtype, **spec.engine_options}
-        if spec.lora is not None:
-            options.setdefault("enable_lora", True)
-            options.setdefault("max_loras", max(1, len(spec.adapters)))
-            options.setdefault("max_lora_rank", spec.lora.rank)
-        return VLLMEngine(resolve_model(spec.model_path), tensor_parallel_size=spec.tensor_parallel,
-                          seed=spec.seed, codec=codec, **options)
-    raise ConfigError(f"unknown engine {spec.engine!r} for policy {spec.policy!r}: use 'hf' or 'vllm'")

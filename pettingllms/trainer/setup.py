@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from pettingllms.models import LoraSpec
 from pettingllms.rollout.executor import AgentSpec
 from pettingllms.rollout.executor import RolloutConfig as ExecutorConfig
 from pettingllms.rollout.policy_client import PolicyClient
-from pettingllms.runtime.worker import WorkerSpec
+from pettingllms.runtime.layout import WorkerLayout, resolve_layout
+from pettingllms.runtime.spec import WorkerSpec
 
 PREFLIGHT_PROBLEMS = 64  # training problems whose first prompts are checked against max_prompt_length
 
@@ -75,8 +77,7 @@ def plan(cfg: Config) -> RunPlan:
     )
     if advantage_config.filter not in ("none", "dapo", "std", "mean"):
         raise ConfigError(f"algorithm.filter must be none|dapo|std|mean, got {advantage_config.filter!r}")
-    total_ranks = sum(max(1, p.model.num_ranks) for p in policies.values())
-    worker_specs = [_worker_spec(cfg, p, total_ranks) for p in policies.values()]
+    worker_specs = worker_specs_of(cfg, policies)
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs)
 
 
@@ -90,67 +91,70 @@ def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
     return SHARED_ADAPTER if policy.model.lora.rank > 0 else None
 
 
-def _worker_spec(cfg: Config, policy: PolicyPlan, n_ranks: int) -> WorkerSpec:
+def worker_specs_of(cfg: Config, policies: dict[str, PolicyPlan]) -> list[WorkerSpec]:
+    """One worker spec per policy. Layouts first: the CPU budget is split over the ranks of all policies."""
+    layouts = {name: _layout(cfg, policy) for name, policy in policies.items()}
+    total_ranks = sum(layout.num_ranks for layout in layouts.values())
+    cores = cfg.resources.num_cpus or os.cpu_count() or 1
+    specs = []
+    for name, policy in policies.items():
+        model = policy.model
+        threads = model.num_threads or max(1, cores // total_ranks)
+        cpus = model.cpus_per_rank or float(model.num_threads or cores / total_ranks)
+        layout = dataclasses.replace(layouts[name], cpus_per_rank=cpus)
+        specs.append(_worker_spec(cfg, policy, layout, threads))
+    return specs
+
+
+def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
+    """A policy's worker group: ranks, GPUs, engines. Checked here, before anything loads."""
+    model, where = policy.model, f"base_models.{policy.name}"
+    num_gpus = model.num_gpus if model.num_gpus is not None else cfg.resources.gpus_per_policy
+    layout = resolve_layout(
+        policy.name,
+        num_gpus=float(num_gpus),
+        num_ranks=model.num_ranks,
+        tensor_parallel=model.tensor_parallel,
+        engine=model.engine,
+        fsdp_enabled=model.fsdp.enabled,
+    )
+    fsdp_cfg = model.fsdp
+    options = FSDPOptions(fsdp_cfg.mixed_precision, fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
+    if not layout.sharded and options != FSDPOptions():
+        raise ConfigError(f"{where}.fsdp options need an FSDP worker group: set num_ranks > 1 or fsdp.enabled=true")
+    if layout.sharded and not cfg.resources.use_ray:
+        raise ConfigError(f"{where}: FSDP worker groups run as Ray actors; set resources.use_ray=true")
+    if options.cpu_offload and not layout.uses_gpus:
+        raise ConfigError(f"{where}.fsdp.cpu_offload needs GPU ranks; on CPU there is nothing to offload")
+    if options.mixed_precision and model.dtype != "float32":
+        raise ConfigError(f"{where}.fsdp.mixed_precision keeps float32 master weights: set {where}.dtype=float32")
+    return layout
+
+
+def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout, threads: int) -> WorkerSpec:
     model = policy.model
-    if model.engine not in ("hf", "vllm"):
-        raise ConfigError(f"base_models.{policy.name}.engine must be hf or vllm, got {model.engine!r}")
     lora = None
     if model.lora.rank > 0:
         lora = LoraSpec(model.lora.rank, model.lora.alpha, model.lora.dropout, tuple(model.lora.target_modules))
     # L1/L3 with LoRA: one adapter shared by the policy's agents. L2: one adapter per agent.
     adapters = policy.adapters or ((SHARED_ADAPTER,) if lora else ())
+    fsdp_cfg = model.fsdp
     return WorkerSpec(
         policy=policy.name,
         model_path=model.path,
         learner=_learner_config(cfg, model.dtype),
+        layout=layout,
         dtype=model.dtype,
         lora=lora,
         adapters=adapters,
         frozen=policy.frozen_adapters,
         trainable=policy.trainable,
         seed=cfg.training.seed,
-        num_threads=model.num_threads or _thread_share(cfg, n_ranks),
-        engine=model.engine,
+        num_threads=threads,
         engine_options=dict(model.engine_options),
-        **_worker_layout(cfg, policy, n_ranks),
+        fsdp=FSDPOptions(fsdp_cfg.mixed_precision, fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
+        if layout.sharded else None,
     )
-
-
-def _worker_layout(cfg: Config, policy: PolicyPlan, n_ranks: int) -> dict:
-    """A policy's worker group: ranks, resources per rank, FSDP options. Checked here, before anything loads."""
-    model, where = policy.model, f"base_models.{policy.name}"
-    if model.num_ranks < 1:
-        raise ConfigError(f"{where}.num_ranks must be >= 1, got {model.num_ranks}")
-    gpus_per_rank = model.gpus_per_rank
-    if model.num_gpus and not gpus_per_rank:
-        if model.num_gpus % model.num_ranks:
-            raise ConfigError(f"{where}.num_gpus={model.num_gpus} is not a multiple of num_ranks={model.num_ranks}")
-        gpus_per_rank = model.num_gpus // model.num_ranks
-    elif model.num_gpus and model.num_gpus != model.num_ranks * gpus_per_rank:
-        raise ConfigError(
-            f"{where}: num_gpus={model.num_gpus} != num_ranks={model.num_ranks} x gpus_per_rank={gpus_per_rank}; "
-            f"set one of num_gpus or gpus_per_rank"
-        )
-    fsdp_cfg = model.fsdp
-    sharded = model.num_ranks > 1 or fsdp_cfg.enabled
-    options = FSDPOptions(fsdp_cfg.mixed_precision, fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
-    if not sharded and options != FSDPOptions():
-        raise ConfigError(f"{where}.fsdp options need an FSDP worker group: set num_ranks > 1 or fsdp.enabled=true")
-    if sharded and not cfg.resources.use_ray:
-        raise ConfigError(f"{where}: FSDP worker groups run as Ray actors; set resources.use_ray=true")
-    if options.cpu_offload and gpus_per_rank == 0:
-        raise ConfigError(f"{where}.fsdp.cpu_offload needs GPU ranks (gpus_per_rank > 0); on CPU there is nothing "
-                          f"to offload")
-    if options.mixed_precision and model.dtype != "float32":
-        raise ConfigError(f"{where}.fsdp.mixed_precision keeps float32 master weights: set {where}.dtype=float32")
-    cores = cfg.resources.num_cpus or os.cpu_count() or 1
-    return {
-        "num_ranks": model.num_ranks,
-        "gpus_per_rank": float(gpus_per_rank),
-        "cpus_per_rank": model.cpus_per_rank or float(model.num_threads or cores / n_ranks),
-        "tensor_parallel": model.tensor_parallel,
-        "fsdp": options if sharded else None,
-    }
 
 
 def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
@@ -180,13 +184,6 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
         )
     except ValueError as exc:
         raise ConfigError(f"optimisation settings: {exc}") from exc
-
-
-def _thread_share(cfg: Config, n_ranks: int) -> int:
-    """Split the CPU budget evenly between the policies' worker processes (one per rank) so that they do not
-    oversubscribe the cores."""
-    cores = cfg.resources.num_cpus or os.cpu_count() or 1
-    return max(1, cores // n_ranks)
 
 
 def check_prompts(

@@ -13,28 +13,28 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-@pytest.mark.parametrize("level,policies,gpus,lora", [
-    ("L1", ["policy_0"], 1.0, True),
-    ("L3", ["policy_checker", "policy_solver"], 0.5, False),
+@pytest.mark.parametrize("level,policies,gpus", [
+    ("L1", ["policy_0"], 1.0),
+    ("L3", ["policy_reasoner", "policy_tool"], 0.5),
 ])
-def test_each_level_plans_vllm_with_fsdp_on_one_gpu(level, policies, gpus, lora):
+def test_each_level_runs_a_shipped_script_that_fits_one_gpu(level, policies, gpus, tmp_path):
+    """On the lent machine (one GPU, 16 cores) each part runs a train script as shipped: vLLM engines, bf16, the
+    GPU split over the script's policies, and the vLLM memory share leaving room for the learners."""
     import gpu_smoke
+    from script_support import script_specs
 
-    from pettingllms.config.load import compose, to_schema
-    from pettingllms.runtime.placement import PolicyDemand, check_layout
-    from pettingllms.trainer.setup import plan
+    from pettingllms.runtime.engines import vllm_options
+    from pettingllms.runtime.placement import check_layout
 
-    overrides = ["base_models.policy_0.path=tiny-random-smollm2", "base_models.policy_0.engine=vllm",
-                 "base_models.policy_0.fsdp.enabled=true", "base_models.policy_0.fsdp.mixed_precision=true",
-                 "resources.use_ray=true", *gpu_smoke.LEVEL_OVERRIDES[level]]
-    specs = plan(to_schema(compose("quickstart", overrides))).worker_specs
+    import argparse
 
-    assert sorted(s.policy for s in specs) == policies
-    assert all(s.engine == "vllm" and s.fsdp is not None and s.gpus_per_rank == gpus for s in specs)
-    assert all((s.lora is not None) == lora for s in specs)
-    assert sum(s.engine_options["gpu_memory_utilization"] for s in specs) < 0.9  # room for the learners
-    check_layout([PolicyDemand(s.policy, s.num_ranks, s.gpus_per_rank, 1.0, s.tensor_parallel) for s in specs],
-                 {"CPU": 16, "GPU": 1})  # the lent machine: one GPU, 16 cores
+    args = argparse.Namespace(model="tiny-random-smollm2", steps=3, problems=16, branching=4, max_tokens=64)
+    script = gpu_smoke.LEVEL_SCRIPTS[level].removeprefix("scripts/train/")
+    specs = script_specs(script, {"CUDA_VISIBLE_DEVICES": "0"}, *gpu_smoke.budget_overrides(args, tmp_path))
+    assert [s.policy for s in specs] == policies
+    assert all(s.engine == "vllm" and s.layout.gpus == gpus and s.dtype == "bfloat16" for s in specs)
+    assert sum(vllm_options(s)["gpu_memory_utilization"] for s in specs) <= 0.5  # room for the learners
+    check_layout([s.layout for s in specs], {"CPU": 16, "GPU": 1}, largest_node={"CPU": 16, "GPU": 1})
 
 
 def test_without_a_gpu_it_stops_with_the_reason():

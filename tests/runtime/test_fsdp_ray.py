@@ -25,7 +25,7 @@ BASE = [
     "training.total_training_steps=2",
     "training.train_batch_size=2",
     "training.max_response_length=5",
-    "training.val_freq=0",  # rank-0 generation is exercised by the rollouts; validation would only add time
+    "training.val_freq=0",  # both engines of each policy generate the rollouts; validation would only add time
     "training.plot=false",
     "rollout.branching=3",
     "rollout.select=sample",
@@ -66,11 +66,12 @@ def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path):
     for policy, agent in POLICIES:
         assert rows[1][f"{policy}/actor/num_sequences"] > 0
         assert f"{policy}/{agent}/reward_mean" in rows[1]
-        assert summary[0][f"{policy}/actor/timing/sync_s"] > 0  # rank 0's engine copy received the weights
+        assert summary[0][f"{policy}/actor/timing/sync_s"] > 0  # the engines' own copies received the weights
         assert (straight.run_dir / "hf" / policy / "config.json").is_file()  # exported from the full copy
     checkpoint = straight.run_dir / "checkpoints" / "step_000001"
     shards = checkpoint / "policies" / "policy_alice"
-    assert (shards / "shards" / ".metadata").is_file() and (shards / "rng_rank1.pt").is_file()
+    assert (shards / "learner" / ".metadata").is_file() and (shards / "rank_1.pt").is_file()
+    assert json.loads((shards / "learner.json").read_text())["world_size"] == 2
     # The run leaves the Ray it did not start running, but removes its own placement groups.
     assert shared_ray.is_initialized()
     assert all(pg["state"] == "REMOVED" for pg in shared_ray.util.placement_group_table().values())
@@ -88,16 +89,17 @@ def test_ray_start_up_refuses_an_impossible_layout_before_starting_any_actor(sha
     from pettingllms.learner import LearnerConfig
     from pettingllms.learner.fsdp import FSDPOptions
     from pettingllms.runtime.group import PolicyGroup
+    from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.placement import PlacementError
-    from pettingllms.runtime.worker import WorkerSpec
+    from pettingllms.runtime.spec import WorkerSpec
 
     spec = dict(model_path="tiny-random-smollm2", learner=LearnerConfig(total_steps=1), fsdp=FSDPOptions())
-    specs = [WorkerSpec(policy="policy_0", num_ranks=2, gpus_per_rank=1, **spec),
-             WorkerSpec(policy="policy_1", num_ranks=2, cpus_per_rank=1, **spec)]
+    specs = [WorkerSpec(policy="policy_0", layout=resolve_layout("policy_0", num_gpus=2), **spec),
+             WorkerSpec(policy="policy_1", layout=resolve_layout("policy_1", num_gpus=0, num_ranks=2), **spec)]
     with pytest.raises(PlacementError) as info:
         PolicyGroup(specs, use_ray=True)
     message = str(info.value)
-    assert "policy_0 needs 2 ranks x 1 GPU = 2 GPUs; the cluster has 0 GPUs: 2 > 0" in message
+    assert "policy_0 needs 2 GPUs > 0 GPUs in the cluster: no GPUs are visible" in message
     assert "policy_1 needs 2 ranks x 1 CPU = 2 CPUs" in message and "the cluster has 2 CPUs: 4 > 2" in message
     assert "one rank of policy_0 needs 1 GPU on one node, and the largest node has 0 GPUs" in message
     # Refused before anything was reserved or started.

@@ -1,53 +1,104 @@
-"""Resource layouts: the pure arithmetic and the config checks (the Ray start-up check is in test_fsdp_ray.py)."""
+"""Worker-group layouts: the pure arithmetic (``runtime/layout.py``, ``runtime/placement.py``) and the config
+checks that run before anything loads. Actors placed on simulated clusters: test_simulated_cluster.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from pettingllms.core import ConfigError
-from pettingllms.runtime.placement import PlacementError, PolicyDemand, check_layout
+from pettingllms.runtime.layout import WorkerLayout, resolve_layout
+from pettingllms.runtime.placement import PlacementError, check_layout
 
 
-def test_the_message_spells_out_the_gpu_arithmetic():
-    demands = [PolicyDemand("policy_0", num_ranks=2, gpus_per_rank=2, tensor_parallel=2),
-               PolicyDemand("policy_1", num_ranks=1, gpus_per_rank=2)]
+def test_a_policy_with_g_gpus_runs_g_ranks_and_g_over_t_engines():
+    layout = resolve_layout("policy_0", num_gpus=8, tensor_parallel=2)
+    assert (layout.num_ranks, layout.gpus_per_rank, layout.sharded, layout.backend) == (8, 1.0, True, "nccl")
+    assert (layout.engine, layout.num_engines, layout.engine_ranks) == ("vllm", 4, (0, 2, 4, 6))
+    assert [layout.tp_group(r) for r in (0, 1, 6, 7)] == [(0, 1), (0, 1), (6, 7), (6, 7)]
+    assert [layout.bundle_of(r) for r in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert layout.bundles() == [{"CPU": 2.0, "GPU": 2.0}] * 4  # one bundle per TP group: an engine stays on a node
+    assert layout.describe() == "8 GPUs: 8 FSDP ranks (nccl), 4 vllm engines x TP=2, 1 CPU/rank"
+
+
+def test_cpu_default_is_one_process_and_gloo_ranks_each_host_an_engine():
+    one = resolve_layout("p", num_gpus=0)
+    assert (one.num_ranks, one.sharded, one.engine, one.num_engines, one.bundles()) == (1, False, "hf", 1,
+                                                                                          [{"CPU": 1.0}])
+    two = resolve_layout("p", num_gpus=0, num_ranks=2, engine="vllm", cpus_per_rank=0.5)
+    assert (two.backend, two.engine_ranks, two.bundles()) == ("gloo", (0, 1), [{"CPU": 0.5}, {"CPU": 0.5}])
+    assert resolve_layout("p", num_gpus=0, fsdp_enabled=True).sharded
+
+
+def test_a_share_of_one_gpu_is_one_rank_with_tp_1():
+    layout = resolve_layout("p", num_gpus=0.5)
+    assert (layout.num_ranks, layout.gpus, layout.engine, layout.sharded, layout.bundles()) == (
+        1, 0.5, "vllm", False, [{"CPU": 1.0, "GPU": 0.5}])
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_gpus": 8, "tensor_parallel": 3}, r"tensor_parallel=3 must divide the policy's 8 GPUs \(GPU_num\).*"
+                                                r"\[1, 2, 4, 8\]"),
+        ({"num_gpus": 4, "num_ranks": 2}, r"num_ranks=2 with 4 GPUs; a policy runs one FSDP rank per GPU"),
+        ({"num_gpus": 0, "tensor_parallel": 2}, "tensor_parallel=2 needs GPUs"),
+        ({"num_gpus": 1.5}, "a whole number of GPUs or a share below 1, got 1.5"),
+        ({"num_gpus": 0.5, "num_ranks": 2}, "share of one GPU, which fits one rank"),
+        ({"num_gpus": -1}, "must be >= 0"),
+        ({"num_gpus": 2, "engine": "hf"}, r"engine=hf: the transformers engine is the CPU engine.*engine=vllm"),
+        ({"num_gpus": 0, "engine": "vlm"}, r"engine must be one of \('auto', 'hf', 'vllm'\), got 'vlm'"),
+    ],
+)
+def test_bad_layouts_name_the_key_and_the_fix(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_layout("policy_0", **kwargs)
+
+
+def test_too_many_gpus_fails_with_the_arithmetic_and_the_gpu_num_that_fits():
+    two_policies = [resolve_layout(p, num_gpus=8) for p in ("policy_a", "policy_b")]
     with pytest.raises(PlacementError) as info:
-        check_layout(demands, {"CPU": 64, "GPU": 4})
-    assert ("policy_0 needs 2 ranks x 2 GPUs (TP=2) = 4 GPUs, policy_1 needs 1 rank x 2 GPUs = 2 GPUs; "
-            "the cluster has 4 GPUs: 6 > 4") in str(info.value)
-    assert "CPUs:" not in str(info.value)  # the CPUs fit
+        check_layout(two_policies, {"CPU": 64, "GPU": 8})
+    assert "2 policies x 8 GPUs = 16 GPUs > 8 GPUs in the cluster: set GPU_num=4 (resources.gpus_per_policy=4)" in \
+        str(info.value)
+    check_layout([resolve_layout(p, num_gpus=4) for p in ("a", "b")], {"CPU": 64, "GPU": 8})
+
+    tp4 = [resolve_layout(p, num_gpus=8, tensor_parallel=4) for p in ("a", "b", "c")]
+    with pytest.raises(PlacementError, match=r"3 policies x 8 GPUs = 24 GPUs > 16 GPUs in the cluster: set GPU_num=4"):
+        check_layout(tp4, {"CPU": 64, "GPU": 16})  # 16 // 3 = 5, rounded down to a multiple of TP=4
+
+    on_one_gpu = [resolve_layout(p, num_gpus=1) for p in ("a", "b")]
+    with pytest.raises(PlacementError, match=r"2 policies x 1 GPU = 2 GPUs > 1 GPU in the cluster: set GPU_num=0.5"):
+        check_layout(on_one_gpu, {"CPU": 8, "GPU": 1})
+    check_layout([resolve_layout(p, num_gpus=0.5) for p in ("a", "b")], {"CPU": 8, "GPU": 1})
+
+    with pytest.raises(PlacementError, match=r"a needs 2 GPUs, b needs 4 GPUs = 6 GPUs > 4 GPUs in this machine"):
+        check_layout([resolve_layout("a", num_gpus=2), resolve_layout("b", num_gpus=4)], {"CPU": 8, "GPU": 4},
+                     where="this machine")
+    with pytest.raises(PlacementError, match="no GPUs are visible; run on CPU with GPU_num=0"):
+        check_layout([resolve_layout("a", num_gpus=1)], {"CPU": 8})
 
 
-def test_a_layout_that_fits_passes_and_cpus_are_counted_too():
-    fits = [PolicyDemand("a", num_ranks=2, gpus_per_rank=1, cpus_per_rank=4), PolicyDemand("b", 2, 1, 4)]
-    check_layout(fits, {"CPU": 16, "GPU": 4}, largest_node={"CPU": 8, "GPU": 2})
+def test_an_engine_must_fit_on_one_node_and_cpus_add_up():
+    layout = resolve_layout("policy_0", num_gpus=8, tensor_parallel=8)
+    with pytest.raises(PlacementError, match=r"one engine of policy_0 needs 8 GPUs on one node \(tensor_parallel=8\), "
+                                             r"and the largest node has 4 GPUs"):
+        check_layout([layout], {"CPU": 64, "GPU": 8}, largest_node={"CPU": 32, "GPU": 4})
+    check_layout([resolve_layout("policy_0", num_gpus=8, tensor_parallel=4)], {"CPU": 64, "GPU": 8},
+                 largest_node={"CPU": 32, "GPU": 4})
+    fits = [WorkerLayout("a", 2, 1.0, 4.0, sharded=True, engine="vllm"),
+            WorkerLayout("b", 2, 1.0, 4.0, sharded=True, engine="vllm")]
     with pytest.raises(PlacementError, match=r"a needs 2 ranks x 4 CPUs = 8 CPUs, b needs 2 ranks x 4 CPUs = 8 CPUs; "
                                              r"the cluster has 12 CPUs: 16 > 12"):
         check_layout(fits, {"CPU": 12, "GPU": 4})
-    fractional = [PolicyDemand("a", num_ranks=2, cpus_per_rank=0.5), PolicyDemand("b", 2, 0, 0.5)]
-    check_layout(fractional, {"CPU": 2})  # four half-CPU ranks share a 2-core machine
+    halves = [WorkerLayout("a", 2, 0.0, 0.5, sharded=True), WorkerLayout("b", 2, 0.0, 0.5, sharded=True)]
+    check_layout(halves, {"CPU": 2})  # four half-CPU ranks share a 2-core machine
 
 
-def test_a_rank_must_fit_on_one_node():
-    demands = [PolicyDemand("policy_0", num_ranks=1, gpus_per_rank=4)]
-    with pytest.raises(PlacementError, match="one rank of policy_0 needs 4 GPUs on one node, and the largest node "
-                                             "has 2 GPUs"):
-        check_layout(demands, {"CPU": 32, "GPU": 8}, largest_node={"CPU": 16, "GPU": 2})
+def plan_of(*overrides):
+    from pettingllms.config.load import compose, to_schema
+    from pettingllms.trainer.setup import plan
 
-
-def test_bad_numbers_are_named():
-    with pytest.raises(PlacementError, match=r"base_models.p.num_ranks must be >= 1, got 0"):
-        PolicyDemand("p", num_ranks=0)
-    with pytest.raises(PlacementError, match=r"gpus_per_rank=0.5 \(a share of one GPU\) fits only one rank"):
-        check_layout([PolicyDemand("p", 2, gpus_per_rank=0.5)], {"CPU": 8, "GPU": 8})
-    with pytest.raises(PlacementError, match="TP=2"):
-        check_layout([PolicyDemand("p", 1, gpus_per_rank=0.5, tensor_parallel=2)], {"CPU": 8, "GPU": 8})
-    with pytest.raises(PlacementError, match="gpus_per_rank=1.5 must be a whole number"):
-        check_layout([PolicyDemand("p", 1, gpus_per_rank=1.5)], {"CPU": 8, "GPU": 8})
-    # Two one-rank TP=1 policies on one GPU (L3 on a single GPU) fit.
-    check_layout([PolicyDemand("a", 1, gpus_per_rank=0.5), PolicyDemand("b", 1, gpus_per_rank=0.5)],
-                 {"CPU": 8, "GPU": 1})
-    assert PolicyDemand("p", 3, 2, 1.5).bundles() == [{"CPU": 1.5, "GPU": 2.0}] * 3
+    return plan(to_schema(compose("train", ["base_models.policy_0.path=tiny-random-smollm2", *overrides])))
 
 
 @pytest.mark.parametrize(
@@ -57,27 +108,33 @@ def test_bad_numbers_are_named():
         (["base_models.policy_0.fsdp.mixed_precision=true"], "need an FSDP worker group"),
         (["base_models.policy_0.fsdp.enabled=true", "base_models.policy_0.fsdp.cpu_offload=true"],
          "cpu_offload needs GPU ranks"),
-        (["base_models.policy_0.num_ranks=2", "base_models.policy_0.num_gpus=3"], "not a multiple of num_ranks=2"),
+        (["resources.gpus_per_policy=4", "base_models.policy_0.tensor_parallel=3"], "must divide the policy's 4 GPUs"),
+        (["resources.gpus_per_policy=2", "base_models.policy_0.engine=hf"], "the transformers engine is the CPU"),
     ],
 )
 def test_config_errors_name_the_key(overrides, message):
-    from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.setup import plan
-
-    cfg = to_schema(compose("train", ["base_models.policy_0.path=tiny-random-smollm2", *overrides]))
     with pytest.raises(ConfigError, match=message):
-        plan(cfg)
+        plan_of(*overrides)
 
 
-def test_default_layout_is_one_process_per_policy_with_the_cores_split():
-    from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.setup import plan
+def test_engine_auto_resolves_to_vllm_on_gpus_and_transformers_on_cpu():
+    (cpu,) = plan_of().worker_specs
+    assert (cpu.engine, cpu.layout.num_ranks, cpu.layout.sharded) == ("hf", 1, False)
+    (gpu,) = plan_of("resources.gpus_per_policy=4").worker_specs
+    assert (gpu.engine, gpu.layout.num_ranks, gpu.layout.num_engines, gpu.fsdp is not None) == ("vllm", 4, 4, True)
+    (own,) = plan_of("resources.gpus_per_policy=4", "base_models.policy_0.num_gpus=2").worker_specs
+    assert own.layout.num_ranks == 2  # a policy's own num_gpus wins over GPU_num
 
-    cfg = to_schema(compose("train", ["base_models.policy_0.path=tiny-random-smollm2", "specialization=L3",
-                                      "resources.num_cpus=2"]))
-    specs = plan(cfg).worker_specs
-    assert [(s.num_ranks, s.fsdp, s.cpus_per_rank, s.num_threads) for s in specs] == [(1, None, 1.0, 1)] * 2
-    cfg.base_models["policy_0"].num_ranks = 2
-    specs = plan(cfg).worker_specs  # L3 copies policy_0 for both agents: 4 ranks on 2 CPUs
-    assert [(s.num_ranks, s.cpus_per_rank, s.num_threads) for s in specs] == [(2, 0.5, 1)] * 2
-    assert all(s.fsdp is not None for s in specs)
+
+def test_gpu_num_reaches_every_policy_of_l3():
+    specs = plan_of("specialization=L3", "resources.gpus_per_policy=4").worker_specs
+    assert [(s.policy, s.layout.gpus, s.engine) for s in specs] == [("policy_alice", 4.0, "vllm"),
+                                                                      ("policy_bob", 4.0, "vllm")]
+
+
+def test_default_layout_splits_the_cores_over_every_rank():
+    specs = plan_of("specialization=L3", "resources.num_cpus=2").worker_specs
+    assert [(s.layout.num_ranks, s.fsdp, s.layout.cpus_per_rank, s.num_threads) for s in specs] == [(1, None, 1.0, 1)] * 2
+    specs = plan_of("specialization=L3", "resources.num_cpus=2", "base_models.policy_0.num_ranks=2").worker_specs
+    assert [(s.layout.num_ranks, s.layout.cpus_per_rank, s.num_threads) for s in specs] == [(2, 0.5, 1)] * 2
+    assert all(s.fsdp is not None and s.layout.num_engines == 2 for s in specs)

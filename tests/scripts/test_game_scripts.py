@@ -81,7 +81,7 @@ def test_cpu_runs_use_float32_and_gpu_runs_keep_bf16():
     gpu = to_schema(compose("sokoban", command_line("sokoban_L1_prompt.sh", GPU_num="2")[5:]))
     forced = command_line("sokoban_L1_prompt.sh", "base_models.policy_0.dtype=bfloat16", GPU_num="0")[5:]
     assert cpu.base_models["policy_0"].dtype == "float32"
-    assert gpu.base_models["policy_0"].dtype == "bfloat16" and gpu.base_models["policy_0"].num_gpus == 2
+    assert gpu.base_models["policy_0"].dtype == "bfloat16" and gpu.resources.gpus_per_policy == 2
     assert to_schema(compose("sokoban", forced)).base_models["policy_0"].dtype == "bfloat16"
 
 

@@ -14,5 +14,4 @@ DEFAULTS=(
   "specialization=L2"
   "training.experiment_name=${GAME}_L2_lora"
 )
-source "$(dirname "${BASH_SOURCE[0]}")/_cpu_dtype.bash"
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

@@ -8,5 +8,4 @@ DEFAULTS=(
   "specialization=L1"
   "training.experiment_name=sokoban_L1_prompt"
 )
-source "$(dirname "${BASH_SOURCE[0]}")/_cpu_dtype.bash"
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

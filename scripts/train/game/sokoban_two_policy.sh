@@ -8,5 +8,5 @@ DEFAULTS=(
   "specialization=L3"
   "training.experiment_name=sokoban_L3_two_policy"
 )
-source "$(dirname "${BASH_SOURCE[0]}")/_cpu_dtype.bash"
+POLICIES=2  # one model per agent: by default each gets half of the GPUs
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

@@ -9,5 +9,4 @@ DEFAULTS=(
   "env.agents=[plan_agent]"
   "training.experiment_name=sudoku_L0_single"
 )
-source "$(dirname "${BASH_SOURCE[0]}")/_cpu_dtype.bash"
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

@@ -8,4 +8,5 @@ DEFAULTS=(
   "training.experiment_name=math_L3_model"
   "specialization=L3"
 )
+POLICIES=2  # one model per agent: by default each gets half of the GPUs
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

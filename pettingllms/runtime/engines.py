@@ -1,0 +1,71 @@
+"""Building a policy's rollout engine on the rank that hosts it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from pettingllms.core import ConfigError
+from pettingllms.runtime.spec import WorkerSpec, engine_seed
+
+# Fraction of its GPU(s) a colocated vLLM engine takes (weights + KV cache) unless engine_options say otherwise.
+# The rest holds the learner's resident state (its FSDP shard, gradients, optimizer state) while the engine is
+# awake; the engine sleeps during updates. A policy on a share of one GPU scales it by its share.
+VLLM_GPU_MEMORY_FRACTION = 0.5
+
+
+def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int) -> Any:
+    """Engine ``engine_index`` of the policy: the transformers engine over ``model`` (the learner's own module in a
+    one-process worker, else a full copy kept for the engine), or vLLM with its own copy of the weights."""
+    seed = engine_seed(spec.seed, engine_index)
+    if spec.engine == "hf":
+        from pettingllms.rollout.hf_engine import HFEngine
+
+        return HFEngine(model, codec, seed=seed, **spec.engine_options)
+    if spec.engine == "vllm":
+        from pettingllms.models import resolve_model
+        from pettingllms.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(resolve_model(spec.model_path), tensor_parallel_size=spec.layout.tensor_parallel, seed=seed,
+                          codec=codec, **vllm_options(spec))
+    raise ConfigError(f"unknown engine {spec.engine!r} for policy {spec.policy!r}: use 'hf' or 'vllm'")
+
+
+def vllm_options(spec: WorkerSpec) -> dict[str, Any]:
+    """The vLLM engine's keywords: colocated with the learner (sleep mode on GPU), the policy's dtype, LoRA slots
+    for every adapter, and the multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick
+    its Ray executor and try to reserve GPUs the actor already holds). ``engine_options`` win."""
+    share = spec.layout.gpus_per_rank if 0 < spec.layout.gpus_per_rank < 1 else 1.0
+    options: dict[str, Any] = {"enable_sleep_mode": True, "dtype": spec.dtype,
+                               "gpu_memory_utilization": round(VLLM_GPU_MEMORY_FRACTION * share, 4)}
+    if spec.lora is not None:
+        options.update(enable_lora=True, max_loras=max(1, len(spec.adapters)), max_lora_rank=spec.lora.rank)
+    if spec.layout.tensor_parallel > 1:
+        llm_options = dict(spec.engine_options.get("llm_options") or {})
+        llm_options.setdefault("distributed_executor_backend", "mp")
+        options["llm_options"] = llm_options
+    return {**options, **{k: v for k, v in spec.engine_options.items() if k != "llm_options"}}
+
+
+def engine_visible_devices(own: Sequence[str], peers: Sequence[Sequence[str]]) -> str:
+    """CUDA_VISIBLE_DEVICES for an engine host: its own GPU first (the learner's ``cuda:0``), then its TP peers'.
+
+    own: the GPU ids Ray assigned this rank; peers: those of the other ranks of its TP group, in rank order.
+    """
+    devices: list[str] = []
+    for ids in (own, *peers):
+        for device in ids:
+            if device not in devices:
+                devices.append(str(device))
+    return ",".join(devices)
+
+
+def expose_tp_group_gpus(devices: str) -> None:
+    """Make the TP group's GPUs visible to this process (and vLLM's worker processes) before CUDA starts.
+
+    Ray gives every rank exactly its own GPU; the host of a TP=T engine needs all T. Must run before anything
+    initialises CUDA in this process; vLLM then spawns its T workers (``VLLM_WORKER_MULTIPROC_METHOD=spawn``: CUDA
+    cannot be re-initialised in a forked child) on devices 0..T-1.
+    """
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")

@@ -1,0 +1,53 @@
+"""What one policy's worker group is made of: the model, its learner settings, its engine and its layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pettingllms.runtime.layout import WorkerLayout
+
+if TYPE_CHECKING:
+    from pettingllms.learner import LearnerConfig
+    from pettingllms.learner.fsdp import FSDPOptions
+    from pettingllms.models import LoraSpec
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a rank of a policy's worker group needs to build itself.
+
+    layout: ranks, GPUs, engines (``runtime/layout.py``). ``fsdp``: sharding options, used when
+    ``layout.sharded``. ``adapters``: L2 has one LoRA adapter per agent (L1/L3 with LoRA: one shared adapter);
+    ``frozen``: agents (and their adapters) that never train. ``seed``: the learner's seed; engine ``e`` of the
+    group samples with ``engine_seed(seed, e)``.
+    """
+
+    policy: str
+    model_path: str
+    learner: "LearnerConfig"
+    layout: WorkerLayout
+    dtype: str = "float32"
+    lora: "LoraSpec | None" = None
+    adapters: tuple[str, ...] = ()
+    frozen: tuple[str, ...] = ()
+    trainable: bool = True
+    seed: int = 0
+    num_threads: int = 0  # torch threads per rank; 0: leave torch's default
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    fsdp: "FSDPOptions | None" = None
+
+    @property
+    def engine(self) -> str:
+        return self.layout.engine
+
+    @property
+    def lora_names(self) -> tuple[str, ...]:
+        """The adapters attached to the model (none without LoRA)."""
+        return self.adapters if self.lora is not None else ()
+
+
+def engine_seed(seed: int, engine_index: int) -> int:
+    """Engine ``engine_index``'s sampling seed: the run's seed for engine 0, distinct seeds for the others (so
+    two engines of one policy never draw the same random numbers)."""
+    return seed + 1_000_003 * engine_index

@@ -1,0 +1,135 @@
+"""The checkpoint format of a policy's worker group: one format whatever the number of ranks.
+
+    <checkpoint>/policies/<policy>/
+        learner/        torch.distributed.checkpoint (DCP): trained weights (LoRA: the adapters) and AdamW state;
+                        every rank writes its own shards, a single process writes them all
+        learner.json    the state every rank shares: step, LR schedule, KL coefficients, adapters, which parameters
+                        have optimizer state, how many ranks wrote it, the format version
+        rank_<r>.pt     rank r's RNG state (torch's, and its engine's on engine hosts); plain tensors and numbers,
+                        loaded with ``torch.load(weights_only=True)``
+
+DCP writes tensors from where they live (no device-side copy of the optimizer state) and reshards on load, so a
+checkpoint written by N ranks resumes on M ranks, in one process, or loads into a plain model for evaluation
+and export (``load_trained_weights``). This module is the only place that knows these file names.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from pettingllms.core import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+    from pettingllms.learner import PolicyLearner
+
+FORMAT = 2
+SHARDS_DIR = "learner"
+META_FILE = "learner.json"
+RANK_FILE = "rank_{rank}.pt"
+OLD_FORMAT_FILES = ("worker_state.pt", "fsdp_state.pt")  # format 1 (before November 2026), not readable any more
+
+
+@contextmanager
+def _quiet_single_process():
+    """DCP warns on every call that it saves/loads "in a single process" when no process group exists: that is
+    this format's one-rank case, not a problem."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def save_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, world_size: int,
+                      engine_rng: Any = None) -> None:
+    """Write one rank's part of a policy's state into ``folder`` (a collective when the learner is sharded)."""
+    import torch
+
+    from pettingllms.learner.fsdp import save_sharded
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with _quiet_single_process():
+        meta = save_sharded(learner, folder / SHARDS_DIR) if learner is not None else None
+    torch.save({"torch_rng": torch.get_rng_state(), "engine_rng": engine_rng}, folder / RANK_FILE.format(rank=rank))
+    if rank == 0:
+        (folder / META_FILE).write_text(json.dumps({"format": FORMAT, "world_size": world_size, "learner": meta},
+                                                   indent=1, sort_keys=True))
+
+
+def read_meta(folder: Path, policy: str) -> dict[str, Any]:
+    """``learner.json`` of a policy's checkpoint folder; a clear error for a missing or older-format one."""
+    path = folder / META_FILE
+    if not path.is_file():
+        old = [name for name in OLD_FORMAT_FILES if (folder / name).is_file()]
+        if old:
+            raise ConfigError(
+                f"checkpoint of policy {policy!r} in {folder} has the old format ({old[0]}); this version reads only "
+                f"format {FORMAT} (DCP shards + {META_FILE}). Evaluate it with the version that wrote it, or retrain"
+            )
+        raise ConfigError(f"no checkpoint for policy {policy!r}: {path} does not exist")
+    meta = json.loads(path.read_text())
+    if meta.get("format") != FORMAT:
+        raise ConfigError(f"{path} has format {meta.get('format')!r}; this version reads format {FORMAT}")
+    return meta
+
+
+def load_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, policy: str) -> Any:
+    """Restore one rank's part of a policy's state (a collective when sharded); returns its engine's RNG state
+    (None when the saving run had no engine on this rank, e.g. it had fewer engines)."""
+    import torch
+
+    from pettingllms.learner.fsdp import load_sharded
+
+    meta = read_meta(folder, policy)
+    if learner is not None:
+        if meta["learner"] is None:
+            raise ConfigError(f"checkpoint of policy {policy!r} in {folder} holds no learner state (it was frozen)")
+        with _quiet_single_process():
+            load_sharded(learner, folder / SHARDS_DIR, meta["learner"])
+    rank_path = folder / RANK_FILE.format(rank=rank)
+    if not rank_path.is_file():  # a rank the saving run did not have keeps its seeded RNG
+        return None
+    state = torch.load(rank_path, weights_only=True)
+    torch.set_rng_state(state["torch_rng"])
+    return state["engine_rng"]
+
+
+def load_trained_weights(model: "torch.nn.Module", folder: Path, policy: str,
+                         adapters: Sequence[str] = ()) -> dict[str, Any] | None:
+    """Load a policy checkpoint's trained weights into a plain (unsharded) model built like the trainer's: the same
+    base, and LoRA adapters named like the trained ones (all of them, or the subset an evaluation runs).
+
+    Returns ``{"step": learner step, "adapters": [...]}``, or None when the policy was never trained in that run
+    (frozen): the model keeps its base weights. For evaluation and export.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+
+    from pettingllms.learner.fsdp import trained_parameter_names
+
+    meta = read_meta(folder, policy)
+    if meta["learner"] is None:
+        return None
+    saved = list(meta["learner"].get("adapter_names", []))
+    missing = [a for a in adapters if a not in saved]
+    if missing:
+        raise ConfigError(f"the model needs LoRA adapters {missing} of policy {policy!r}, but the checkpoint in {folder} "
+                          f"trained {saved}")
+    if saved and not adapters:
+        raise ConfigError(f"policy {policy!r} was trained with LoRA adapters {saved}; build the model with them")
+    if adapters and not saved:
+        raise ConfigError(f"policy {policy!r} is set up with LoRA adapters {list(adapters)} but {folder} holds full "
+                          "weights")
+    names = set(trained_parameter_names(model, list(adapters)))
+    state = {"model": {k: v for k, v in get_model_state_dict(model).items() if k in names}}
+    try:
+        with _quiet_single_process():
+            dcp.load(state, checkpoint_id=str(folder / SHARDS_DIR))
+    except Exception as exc:  # noqa: BLE001 - DCP raises several types for a mismatch
+        raise ConfigError(f"checkpoint weights of policy {policy!r} in {folder} do not fit the model: {exc}") from exc
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))
+    return {"step": meta["learner"]["step"], "adapters": list(adapters), "tensors": len(state["model"])}
