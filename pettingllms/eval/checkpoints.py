@@ -55,15 +55,24 @@ def read_run_config(run_dir: Path) -> Config:
         raise ConfigError(f"{path} does not match this version's config schema: {exc}") from exc
 
 
+RUNTIME_KEYS = ("engine", "engine_options", "num_gpus", "tensor_parallel", "num_threads")
+
+
 def with_model_of_run(cfg: Config, run: Config) -> Config:
     """The evaluation config with the run's model side: specialization, base models, agents' policies/adapters.
 
     Agent entries in the evaluation config replace the run's entries of the same role; ``env.agents`` set in
-    the evaluation config wins over the run's.
+    the evaluation config wins over the run's. Where a model runs is the evaluation's choice: the engine and GPU
+    keys (``RUNTIME_KEYS``) of a ``base_models`` entry come from the evaluation config's entry of that name.
     """
     out = copy.deepcopy(cfg)
     out.specialization = run.specialization
     out.base_models = copy.deepcopy(run.base_models)
+    for name, model in out.base_models.items():
+        mine = cfg.base_models.get(name)
+        if mine is not None:
+            for key in RUNTIME_KEYS:
+                setattr(model, key, copy.deepcopy(getattr(mine, key)))
     out.agents = {**copy.deepcopy(run.agents), **copy.deepcopy(cfg.agents)}
     if cfg.env.agents is None:
         out.env.agents = copy.deepcopy(run.env.agents)

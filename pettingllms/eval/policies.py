@@ -8,7 +8,11 @@ Sources, per policy (``base_models.<policy>``, after ``trainer.setup.plan`` of e
   ``base_models.policy_0.path``; each agent uses the adapter named after it, or the only one;
 - ``model.server_url``: an OpenAI-compatible server (``rollout.openai_engine``); prompts are still encoded
   locally with the served model's tokenizer (``model.tokenizer``, else ``base_models.policy_0.path``).
-Local models run on ``HFEngine`` in this process (no Ray: an evaluation has no learner to host).
+Local models run in this process (no Ray: an evaluation has no learner to host), on the policy's engine:
+``HFEngine`` (CPU) over the loaded module, or ``VLLMEngine`` (``engine=vllm``, or ``auto`` with GPUs), which
+starts from the base model's folder and receives the evaluated weights from memory: a checkpoint's full
+weights through ``sync_weights``, LoRA adapters (a checkpoint's, or the trainer's export folders) through
+``add_adapter``, exactly as in training.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pettingllms.eval.checkpoints import RUN_CONFIG, load_policy_weights, read_r
 from pettingllms.models import ALIASES, HFChatCodec, LoraSpec, load_model, resolve_model
 from pettingllms.rollout.hf_engine import HFEngine
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
-from pettingllms.runtime.worker import WorkerSpec
+from pettingllms.runtime.spec import WorkerSpec
 
 log = logging.getLogger("pettingllms.eval")
 ADAPTER_CONFIG = "adapter_config.json"
@@ -47,6 +51,8 @@ class PolicyNeed:
     adapters: tuple[str, ...]
     num_threads: int
     engine: str
+    engine_options: dict = field(default_factory=dict)
+    tensor_parallel: int = 1
 
 
 @dataclass
@@ -54,7 +60,7 @@ class LoadedPolicies:
     clients: dict[str, PolicyClient]
     agent_adapters: dict[str, str | None] = field(default_factory=dict)  # role -> adapter, where the source decides
     described: dict[str, Any] = field(default_factory=dict)  # policy -> where its weights came from
-    engines: dict[str, Any] = field(default_factory=dict)  # policy -> remote engine (closed at the end)
+    engines: dict[str, Any] = field(default_factory=dict)  # policy -> engine (those with close() are closed at the end)
 
     def close(self) -> None:
         for engine in self.engines.values():
@@ -73,7 +79,8 @@ def merge_needs(specs: Sequence[WorkerSpec]) -> dict[str, PolicyNeed]:
                               f"{(old.model_path, old.dtype, old.lora)} vs {(s.model_path, s.dtype, s.lora)}")
         adapters = tuple(dict.fromkeys((old.adapters if old else ()) + tuple(s.adapters)))
         needs[s.policy] = PolicyNeed(s.policy, s.model_path, s.dtype, s.lora, adapters,
-                                     max(s.num_threads, old.num_threads if old else 0), s.engine)
+                                     max(s.num_threads, old.num_threads if old else 0), s.engine,
+                                     dict(s.engine_options), s.layout.tensor_parallel)
     return needs
 
 
@@ -82,28 +89,61 @@ def load_policies(m: EvalModelConfig, needs: dict[str, PolicyNeed], roles: Seque
     """Load every needed policy (or connect to the server) and return its client."""
     if m.server_url:
         return _server_policy(m, needs)
-    other = sorted({n.engine for n in needs.values()} - {"hf"})
-    if other:
-        raise ConfigError(f"eval runs local models on the 'hf' engine, not {other}: for GPU throughput serve the "
-                          "model (vLLM, sglang) and pass model.server_url, or set base_models.<policy>.engine=hf")
     threads = max((n.num_threads for n in needs.values()), default=0)
     if threads > 0:
         torch.set_num_threads(threads)
     if m.adapters:
         return _adapter_policy(m, needs, roles, seed)
     loaded = LoadedPolicies({})
-    for need in needs.values():
-        _refuse_adapter_export(need.model_path)
-        codec = _codec(tokenizer_source(need, m))
-        model = load_model(need.model_path, need.dtype, need.lora, need.adapters)
-        if checkpoint is not None:
-            source = load_policy_weights(model, checkpoint, need.name, need.adapters)
-        else:
-            source = str(resolve_model(need.model_path))
-        engine = HFEngine(model, codec, seed=seed)
-        loaded.clients[need.name] = LocalPolicyClient(engine, codec)
-        loaded.described[need.name] = {"model": need.model_path, "weights": source, "engine": "hf", "dtype": need.dtype}
+    try:
+        for need in needs.values():
+            _refuse_adapter_export(need.model_path)
+            codec = _codec(tokenizer_source(need, m))
+            model = load_model(need.model_path, need.dtype, need.lora, need.adapters)
+            trained = checkpoint is not None
+            if trained:
+                source = load_policy_weights(model, checkpoint, need.name, need.adapters)
+                trained = not source.startswith("base weights")
+            else:
+                source = str(resolve_model(need.model_path))
+            engine = local_engine(need, model, codec, seed, push_weights=trained)
+            loaded.engines[need.name] = engine
+            loaded.clients[need.name] = LocalPolicyClient(engine, codec)
+            loaded.described[need.name] = {"model": need.model_path, "weights": source, "engine": need.engine,
+                                           "dtype": need.dtype}
+    except BaseException:
+        loaded.close()
+        raise
     return loaded
+
+
+def local_engine(need: PolicyNeed, model: torch.nn.Module, codec: HFChatCodec, seed: int, push_weights: bool):
+    """The policy's engine in this process: the transformers engine over ``model``, or vLLM started from the base
+    model's folder and given ``model``'s weights (``push_weights``: a checkpoint's full weights) and its LoRA
+    adapters from memory."""
+    if need.engine == "hf":
+        return HFEngine(model, codec, seed=seed, **need.engine_options)
+    if need.engine != "vllm":
+        raise ConfigError(f"base_models.{need.name}.engine={need.engine!r}: eval runs hf or vllm locally")
+    from pettingllms.learner.fsdp import full_weights, trained_parameter_names
+    from pettingllms.rollout.vllm_engine import VLLMEngine
+    from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
+
+    options = {"dtype": need.dtype, **need.engine_options}
+    if need.lora is not None:
+        options.setdefault("enable_lora", True)
+        options.setdefault("max_loras", max(1, len(need.adapters)))
+        options.setdefault("max_lora_rank", need.lora.rank)
+    engine = VLLMEngine(resolve_model(need.model_path), tensor_parallel_size=need.tensor_parallel, seed=seed,
+                        codec=codec, **options)
+    try:
+        if need.adapters or push_weights:  # adapters always go in (requests name them); full weights if trained
+            sync = EngineSync(engine, peft_adapter_configs(model, need.adapters))
+            sync.push(full_weights(model, trained_parameter_names(model, need.adapters)))
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def tokenizer_source(need: PolicyNeed, m: EvalModelConfig) -> str:
@@ -148,19 +188,40 @@ def _adapter_policy(m: EvalModelConfig, needs: dict[str, PolicyNeed], roles: Seq
     need = _single(needs, "model.adapters")
     folders = adapter_folders(Path(m.adapters).expanduser())
     mapping = adapters_of_agents(roles, folders)
-    model = load_model(need.model_path, need.dtype)
     used = sorted(set(mapping.values()))
+    _check_base(folders[used[0]], need.model_path)
+    codec = _codec(m.tokenizer or need.model_path)
+    described = {"model": need.model_path, "weights": {name: str(folders[name]) for name in used},
+                 "engine": need.engine, "dtype": need.dtype}
+    if need.engine == "vllm":  # vLLM loads the exported adapter folders as they are
+        engine = _vllm_with_adapter_folders(need, codec, seed, {name: folders[name] for name in used})
+        return LoadedPolicies({need.name: LocalPolicyClient(engine, codec)}, mapping, {need.name: described},
+                              {need.name: engine})
+    model = load_model(need.model_path, need.dtype)
     with warnings.catch_warnings():  # peft does not know the trainer's own "pettingllms_agent" tag
         warnings.filterwarnings("ignore", message=".*pettingllms_agent.*")
         model = PeftModel.from_pretrained(model, folders[used[0]], adapter_name=used[0])
         for name in used[1:]:
             model.load_adapter(folders[name], adapter_name=name)
-    _check_base(folders[used[0]], need.model_path)
-    codec = _codec(m.tokenizer or need.model_path)
     engine = HFEngine(model, codec, seed=seed)
-    described = {"model": need.model_path, "weights": {name: str(folders[name]) for name in used}, "engine": "hf",
-                 "dtype": need.dtype}
     return LoadedPolicies({need.name: LocalPolicyClient(engine, codec)}, mapping, {need.name: described})
+
+
+def _vllm_with_adapter_folders(need: PolicyNeed, codec: HFChatCodec, seed: int, folders: dict[str, Path]):
+    from pettingllms.rollout.vllm_engine import VLLMEngine
+
+    ranks = [int(json.loads((folder / ADAPTER_CONFIG).read_text()).get("r", 1)) for folder in folders.values()]
+    options = {"dtype": need.dtype, "enable_lora": True, "max_loras": len(folders), "max_lora_rank": max(ranks),
+               **need.engine_options}
+    engine = VLLMEngine(resolve_model(need.model_path), tensor_parallel_size=need.tensor_parallel, seed=seed,
+                        codec=codec, **options)
+    try:
+        for name, folder in folders.items():
+            engine.add_adapter(name, folder)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def adapter_folders(root: Path) -> dict[str, Path]:

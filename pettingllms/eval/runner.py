@@ -84,8 +84,9 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
                      "seed": settings.seed, "max_prompt_length": cfg.training.max_prompt_length},
         "benchmarks": results,
     }
-    if policies.engines:
-        summary["server"] = {policy: engine.stats.as_dict() for policy, engine in policies.engines.items()}
+    servers = {policy: engine.stats.as_dict() for policy, engine in policies.engines.items() if hasattr(engine, "stats")}
+    if servers:  # an OpenAI-compatible server's request counts
+        summary["server"] = servers
     write_summary(run_dir, summary)
     if print_table:
         print_summary(summary)

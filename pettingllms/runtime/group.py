@@ -77,6 +77,11 @@ class PolicyGroup:
                 os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(address=address, **kwargs)
             self._started_ray = True
+            if address:
+                nodes = [n for n in ray.nodes() if n.get("Alive")]
+                resources = ray.cluster_resources()
+                log.info("joined the Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", address, len(nodes),
+                         resources.get("CPU", 0.0), resources.get("GPU", 0.0))
         try:
             self._placement_groups = reserve([s.layout for s in specs])
             self._place_actors(specs)

@@ -168,6 +168,11 @@ class PolicyWorker:
         self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names))
 
     @property
+    def model(self):
+        """The learner's module (a shard of it in an FSDP group); None before ``setup``."""
+        return self._model
+
+    @property
     def codec(self):
         if self._codec is None:
             from pettingllms.models import HFChatCodec, resolve_model

@@ -17,7 +17,9 @@ import torch
 from pettingllms.core.types import GenerationRequest, Sample, SamplingParams
 from pettingllms.learner import LearnerConfig
 from pettingllms.models import LoraSpec
-from pettingllms.runtime.worker import PolicyWorker, WorkerSpec
+from pettingllms.runtime.layout import resolve_layout
+from pettingllms.runtime.spec import WorkerSpec
+from pettingllms.runtime.worker import PolicyWorker
 
 from conftest import CONTEXT, LORA_RANK
 from test_vllm_engine import LOGPROB_ATOL, prompts, teacher_forced_logprobs
@@ -38,10 +40,16 @@ def worker_spec(model_dir, lora: bool) -> WorkerSpec:
         learner=LORA_LEARNER if lora else FULL_LEARNER,
         lora=LoraSpec(rank=LORA_RANK, alpha=16.0) if lora else None,
         adapters=("alice", "bob") if lora else (),
-        engine="vllm",
+        layout=resolve_layout("policy_0", num_gpus=0, engine="vllm"),
         engine_options=dict(ENGINE_OPTIONS),
         num_threads=1,
     )
+
+
+def started(spec: WorkerSpec) -> PolicyWorker:
+    worker = PolicyWorker(spec)
+    worker.setup()
+    return worker
 
 
 def samples_from(results, requests, agent: str, adapter: str | None) -> tuple[list[Sample], list[float]]:
@@ -78,7 +86,7 @@ def train_once(worker: PolicyWorker, agent: str, adapter: str | None) -> dict:
 
 
 def test_full_model_update_reaches_vllm(tiny_dir):
-    worker = PolicyWorker(worker_spec(tiny_dir, lora=False))
+    worker = started(worker_spec(tiny_dir, lora=False))
     try:
         prompt = prompts(1, seed=41)[0]
         ids, vllm_before, hf_before = greedy_logprobs(worker, prompt, None)
@@ -97,7 +105,7 @@ def test_full_model_update_reaches_vllm(tiny_dir):
 
 
 def test_l2_update_reaches_only_the_agents_own_adapter_in_vllm(tiny_dir):
-    worker = PolicyWorker(worker_spec(tiny_dir, lora=True))
+    worker = started(worker_spec(tiny_dir, lora=True))
     try:
         assert worker.engine.adapter_names == ("alice", "bob")  # fresh adapters registered at start
         prompt = prompts(1, seed=43)[0]
@@ -147,7 +155,7 @@ def test_training_entry_point_runs_l2_with_the_vllm_engine(tiny_dir, tmp_path):
 
 def test_a_resumed_worker_gives_vllm_the_restored_weights(tiny_dir, tmp_path):
     """Resume must not leave vLLM on the checkpoint's base weights while the learner holds the trained ones."""
-    worker = PolicyWorker(worker_spec(tiny_dir, lora=False))
+    worker = started(worker_spec(tiny_dir, lora=False))
     prompt = prompts(1, seed=47)[0]
     try:
         train_once(worker, "alice", None)
@@ -155,7 +163,7 @@ def test_a_resumed_worker_gives_vllm_the_restored_weights(tiny_dir, tmp_path):
         worker.save(str(tmp_path / "ckpt"))
     finally:
         worker.engine.close()
-    resumed = PolicyWorker(worker_spec(tiny_dir, lora=False))
+    resumed = started(worker_spec(tiny_dir, lora=False))
     try:
         with torch.no_grad():
             fresh = teacher_forced_logprobs(resumed.model, prompt, trained_ids)
