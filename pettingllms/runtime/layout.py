@@ -108,6 +108,17 @@ class WorkerLayout:
             bundle["GPU"] = float(self.gpus_per_rank * self.tensor_parallel)
         return [dict(bundle) for _ in range(self.num_engines)]
 
+    def summary(self) -> str:
+        """A short description, e.g. ``8 GPUs: 8 FSDP ranks, 4 vLLM engines x TP=2`` (docs/distributed.md's table)."""
+        engine = {"vllm": "vLLM", "hf": "transformers"}[self.engine]
+        if self.uses_gpus:
+            return (f"{_number(self.gpus)} GPU{'s' if self.gpus != 1 else ''}: {self.num_ranks} FSDP "
+                    f"rank{'s' if self.num_ranks != 1 else ''}, {self.num_engines} {engine} "
+                    f"engine{'s' if self.num_engines != 1 else ''} x TP={self.tensor_parallel}")
+        if not self.sharded:
+            return f"1 process, {engine} engine"
+        return f"{self.num_ranks} gloo ranks, {self.num_engines} {engine} engines"
+
     def describe(self) -> str:
         """One line, e.g. ``8 GPUs: 8 FSDP ranks (nccl), 4 vllm engines x TP=2``."""
         if self.uses_gpus:
