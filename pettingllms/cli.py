@@ -15,6 +15,7 @@ commands:
   train [--config-name NAME] [key=value ...]   train with AT-GRPO (Hydra overrides)
   eval [--config-name NAME] [key=value ...]    evaluate a model or checkpoint on benchmarks (pass@k)
   plot RUN_DIR [--out PNG]                     draw training curves of a run directory
+  export CKPT [--out DIR] [--merge-lora]       write a checkpoint as Hugging Face folders
   check-env NAME [NAME ...] | --all           run the environment conformance checker
 """
 
@@ -35,6 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pettingllms.entry.eval import eval_command
 
         return eval_command(rest)
+    if command == "export":
+        from pettingllms.entry.export import export_command
+
+        return export_command(rest)
     if command == "plot":
         from pettingllms.entry.plot import plot_command
 

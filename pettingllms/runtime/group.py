@@ -71,13 +71,16 @@ class PolicyGroup:
             address = os.environ.get("RAY_ADDRESS")
             kwargs: dict[str, Any] = {"namespace": namespace, "include_dashboard": False, "log_to_driver": True}
             if not address:
+                # "local": always a new instance of our own. Without it Ray would join whatever cluster the last
+                # `ray start` on this machine recorded in /tmp/ray, even a stopped one.
+                address = "local"
                 kwargs["num_cpus"] = num_cpus or os.cpu_count()
                 # Ray starts workers at nice 15; ours do the compute the driver waits for, so on a shared host
                 # any other process would starve them. The raylet reads this from its environment.
                 os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(address=address, **kwargs)
             self._started_ray = True
-            if address:
+            if address != "local":
                 nodes = [n for n in ray.nodes() if n.get("Alive")]
                 resources = ray.cluster_resources()
                 log.info("joined the Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", address, len(nodes),

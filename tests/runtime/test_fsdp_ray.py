@@ -44,7 +44,7 @@ def shared_ray():
     import ray
 
     assert not ray.is_initialized()
-    ray.init(num_cpus=2, namespace="pettingllms-test-fsdp", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, namespace="pettingllms-test-fsdp", include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -72,6 +72,17 @@ def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path):
     shards = checkpoint / "policies" / "policy_alice"
     assert (shards / "learner" / ".metadata").is_file() and (shards / "rank_1.pt").is_file()
     assert json.loads((shards / "learner.json").read_text())["world_size"] == 2
+    # The 2-rank DCP checkpoint reads into plain models: `pettingllms export` of the last step equals the trainer's
+    # own export, which the ranks gathered at the end of the run.
+    from safetensors.torch import load_file
+
+    from pettingllms.eval.export import export_checkpoint
+
+    export_checkpoint(straight.run_dir, tmp_path / "exported")
+    for policy, _ in POLICIES:
+        mine = load_file(tmp_path / "exported" / policy / "model.safetensors")
+        theirs = load_file(straight.run_dir / "hf" / policy / "model.safetensors")
+        assert mine.keys() == theirs.keys() and all(mine[k].equal(theirs[k]) for k in mine)
     # The run leaves the Ray it did not start running, but removes its own placement groups.
     assert shared_ray.is_initialized()
     assert all(pg["state"] == "REMOVED" for pg in shared_ray.util.placement_group_table().values())

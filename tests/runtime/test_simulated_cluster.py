@@ -55,7 +55,7 @@ def cluster(request):
     assert not ray.is_initialized()
     simulated = None
     if nodes == 1:
-        ray.init(num_cpus=4, num_gpus=per_node, namespace="pettingllms-test-layout", include_dashboard=False,
+        ray.init(address="local", num_cpus=4, num_gpus=per_node, namespace="pettingllms-test-layout", include_dashboard=False,
                  log_to_driver=False)
     else:
         from ray.cluster_utils import Cluster

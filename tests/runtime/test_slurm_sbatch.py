@@ -80,3 +80,21 @@ def test_the_sbatch_script_starts_a_two_process_ray_cluster_and_trains_through_i
     rows = [json.loads(line) for line in summary.read_text().splitlines()]
     assert [r["step"] for r in rows] == [1] and rows[0]["policy_0/actor/num_sequences"] > 0
     assert ray_processes_of(port) == [], "the script must stop the Ray processes it started"
+
+    # `ray start` recorded this (now stopped) cluster as the machine's current one; a run without RAY_ADDRESS must
+    # still start a Ray of its own rather than try to join it.
+    import ray
+
+    from pettingllms.learner import LearnerConfig
+    from pettingllms.runtime.group import PolicyGroup
+    from pettingllms.runtime.layout import resolve_layout
+    from pettingllms.runtime.spec import WorkerSpec
+
+    spec = WorkerSpec("policy_0", "tiny-random-smollm2", LearnerConfig(total_steps=1),
+                      resolve_layout("policy_0", num_gpus=0, cpus_per_rank=1.0))
+    group = PolicyGroup([spec], use_ray=True, num_cpus=2, namespace="pettingllms-test-own-ray", setup=False)
+    try:
+        assert ray.is_initialized() and group.placements["policy_0"][0]["node_id"]
+    finally:
+        group.shutdown()
+    assert not ray.is_initialized()

@@ -34,7 +34,7 @@ def ray_cpus():
     import ray
 
     assert not ray.is_initialized()
-    ray.init(num_cpus=2, namespace="pettingllms-test-vllm-dp", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, namespace="pettingllms-test-vllm-dp", include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
