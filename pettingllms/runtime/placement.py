@@ -103,6 +103,33 @@ def _node_fit(layout: WorkerLayout, largest_node: Mapping[str, float]) -> str | 
     return None
 
 
+def visible_gpus() -> int:
+    """GPUs this machine exposes to the run: CUDA_VISIBLE_DEVICES when set, else what torch sees."""
+    import os
+
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if devices is not None:
+        return len([d for d in devices.split(",") if d.strip()])
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no usable CUDA here means no GPUs
+        return 0
+
+
+def check_here(layouts: Sequence[WorkerLayout], num_cpus: float) -> str:
+    """Check layouts against this machine (``--dry-run``); returns what was checked. With ``RAY_ADDRESS`` set the
+    run joins a cluster, which is checked at start-up instead."""
+    import os
+
+    if os.environ.get("RAY_ADDRESS"):
+        return f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}: the layout is checked against that cluster at start-up"
+    gpus = visible_gpus()
+    check_layout(layouts, {"CPU": num_cpus, "GPU": float(gpus)}, where="this machine")
+    return f"fits this machine ({gpus} GPU{'s' if gpus != 1 else ''} visible, {num_cpus:g} CPUs)"
+
+
 def reserve(layouts: Sequence[WorkerLayout], timeout_s: float = RESERVE_TIMEOUT_S) -> dict[str, Any]:
     """Check the layouts against the running Ray cluster, then create and wait for one placement group per
     policy. Returns ``{policy: PlacementGroup}``; on failure removes what it created and raises."""

@@ -41,6 +41,13 @@ class WorkerSpec:
     def engine(self) -> str:
         return self.layout.engine
 
+    def describe(self) -> str:
+        """One line for ``--dry-run``: layout, precision and adapters."""
+        adapters = f", LoRA r={self.lora.rank} adapters {list(self.adapters)}" if self.lora is not None else ""
+        frozen = f", frozen {list(self.frozen)}" if self.frozen else ""
+        trains = "" if self.trainable else ", not trained"
+        return f"{self.policy}: {self.layout.describe()}; {self.dtype}{adapters}{frozen}{trains}; model {self.model_path}"
+
     @property
     def lora_names(self) -> tuple[str, ...]:
         """The adapters attached to the model (none without LoRA)."""

@@ -106,7 +106,10 @@ class PolicyWorker:
             self._join_process_group(address, port)
         self._build_learner(device)
         self._build_engine(device)
-        self._push_weights(trained_only=False)  # engines start from exactly the learner's weights
+        if spec.lora_names:
+            # Engines load the base model from the same folder as the learner, so a full model already matches;
+            # fresh LoRA adapters (random A) exist only in the learner until they are sent.
+            self._push_weights(trained_only=False)
         return spec.policy
 
     def _join_process_group(self, address: str | None, port: int | None) -> None:
