@@ -93,7 +93,7 @@ def generation(args: argparse.Namespace) -> dict:
     """Executor over vLLM against the bare vLLM engine on the same recorded calls (median of paired repeats)."""
     from rollout_efficiency import build_workload, executor_then_bare, warm_up
 
-    from pettingllms.rollout.vllm_engine import VLLMEngine
+    from pettingllms.rollout.vllm import VLLMEngine
 
     workload_args = argparse.Namespace(env="arith_duo", model=args.model, dtype="bfloat16", problems=args.problems,
                                        branching=args.branching, turns=2, max_tokens=args.max_tokens, threads=4)

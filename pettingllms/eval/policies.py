@@ -126,7 +126,7 @@ def local_engine(need: PolicyNeed, model: torch.nn.Module, codec: HFChatCodec, s
     if need.engine != "vllm":
         raise ConfigError(f"base_models.{need.name}.engine={need.engine!r}: eval runs hf or vllm locally")
     from pettingllms.learner.fsdp import full_weights, trained_parameter_names
-    from pettingllms.rollout.vllm_engine import VLLMEngine
+    from pettingllms.rollout.vllm import VLLMEngine
     from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
 
     options = {"dtype": need.dtype, **need.engine_options}
@@ -208,7 +208,7 @@ def _adapter_policy(m: EvalModelConfig, needs: dict[str, PolicyNeed], roles: Seq
 
 
 def _vllm_with_adapter_folders(need: PolicyNeed, codec: HFChatCodec, seed: int, folders: dict[str, Path]):
-    from pettingllms.rollout.vllm_engine import VLLMEngine
+    from pettingllms.rollout.vllm import VLLMEngine
 
     ranks = [int(json.loads((folder / ADAPTER_CONFIG).read_text()).get("r", 1)) for folder in folders.values()]
     options = {"dtype": need.dtype, "enable_lora": True, "max_loras": len(folders), "max_lora_rank": max(ranks),

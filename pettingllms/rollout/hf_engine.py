@@ -6,7 +6,7 @@ Why our own loop rather than ``model.generate``:
 - finished rows leave the batch (their KV cache rows are dropped, and left padding no other row needs
   is trimmed), so a batch stops paying for completions that already ended;
 - a request's ``n`` samples share one prompt prefill: its KV cache is computed once and repeated n times;
-- the KV cache is preallocated per batch (``PreallocatedLayer``): a step writes one position instead of
+- the KV cache is preallocated per batch (``rollout/kv_cache.py``): a step writes one position instead of
   re-concatenating the whole cache as transformers' DynamicCache does.
 Models from ``pettingllms.models.load_model`` also use grouped-query SDPA attention
 (``pettingllms.models.attention``), which avoids copying K/V per query head at every step.
@@ -17,9 +17,9 @@ i.e. the model's raw logits in float32, temperature 1, no top-k/top-p filtering,
 filter the token was sampled with. Every response token has one, including the final eos token (it is
 part of ``token_ids`` so the policy learns to stop).
 
-Sampling, per row: temperature 0 is greedy (argmax of the raw logits); otherwise logits / temperature,
-then top-k (0 = off), then top-p over the top-k-renormalised distribution (1.0 = off), then one draw
-(inverse CDF, one uniform per row) from the engine's own ``torch.Generator``; ``get_rng_state`` /
+Sampling, per row (``rollout/sampling.py``): temperature 0 is greedy (argmax of the raw logits); otherwise
+logits / temperature, then top-k (0 = off), then top-p over the top-k-renormalised distribution (1.0 = off), then
+one draw (inverse CDF, one uniform per row) from the engine's own ``torch.Generator``; ``get_rng_state`` /
 ``set_rng_state`` make a resumed run sample exactly as the original. Nothing falls back to library
 defaults. Prompts of the context window's length or longer fail; max_tokens is clipped so that prompt +
 response fit the window.
@@ -41,8 +41,6 @@ from typing import Iterator, Sequence
 
 import torch
 import torch.nn as nn
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import (
@@ -54,6 +52,8 @@ from pettingllms.core.types import (
     GenerationResult,
 )
 from pettingllms.models.lora import adapter_names, use_adapter
+from pettingllms.rollout.kv_cache import keep_rows, new_kv_cache
+from pettingllms.rollout.sampling import sample_tokens, token_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class HFEngine:
         return done
 
 
-# ---- pure tensor helpers ----
+# ---- batch helpers ----
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -300,196 +300,6 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
         attention_mask[row, longest - len(prompt) :] = 1
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     return input_ids, attention_mask, position_ids
-
-
-class PreallocatedLayer(DynamicLayer):
-    """One full-attention layer's KV cache in buffers [B, Hkv, capacity, D] that a step writes into.
-
-    transformers' DynamicLayer concatenates the whole cache with each new token (a full copy per step);
-    here a step writes one column. ``keys``/``values`` are views of the filled part, as transformers
-    expects. ``compact`` drops rows and leading columns in one copy.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
-        rows, heads, _, _ = key_states.shape
-        self._key_buffer = key_states.new_empty((rows, heads, self.capacity, key_states.shape[-1]))
-        self._value_buffer = value_states.new_empty((rows, heads, self.capacity, value_states.shape[-1]))
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Append key/value states [B, Hkv, new, D]; return all cached keys, values [B, Hkv, T, D]."""
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if end > self._key_buffer.shape[-2]:  # more than planned: grow (never happens in the engine)
-            self._reallocate(torch.arange(self._key_buffer.shape[0]), lead=0, capacity=2 * end)
-        self._key_buffer[:, :, self.length : end] = key_states
-        self._value_buffer[:, :, self.length : end] = value_states
-        self.length = end
-        self._refresh_views()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.compact(indices, lead=0)
-
-    def compact(self, rows: torch.Tensor, lead: int) -> None:
-        """Keep only ``rows`` (indices into the batch) and drop the first ``lead`` positions."""
-        if self.is_initialized:
-            self._reallocate(rows, lead=lead, capacity=self._key_buffer.shape[-2] - lead)
-
-    def _reallocate(self, rows: torch.Tensor, *, lead: int, capacity: int) -> None:
-        filled = self.length - lead
-        for name in ("_key_buffer", "_value_buffer"):
-            old = getattr(self, name)
-            new = old.new_empty((rows.numel(), old.shape[1], capacity, old.shape[-1]))
-            new[:, :, :filled] = old[rows, :, lead : self.length]
-            setattr(self, name, new)
-        self.length = filled
-        self._refresh_views()
-
-    def _refresh_views(self) -> None:
-        self.keys = self._key_buffer[:, :, : self.length]
-        self.values = self._value_buffer[:, :, : self.length]
-
-
-def new_kv_cache(config, capacity: int) -> DynamicCache:
-    """A DynamicCache whose full-attention layers are PreallocatedLayer(capacity); other layer kinds
-    (sliding windows) keep transformers' own classes."""
-    cache = DynamicCache(config=config)
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
-    return cache
-
-
-def keep_rows(cache: DynamicCache, mask: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Keep ``rows`` of the batch in the cache and the attention mask; also drop leading columns that
-    are padding for every kept row, when every layer supports it (PreallocatedLayer).
-
-    mask [B, T] matches the cache's T positions; rows [B'] indices. Returns the new mask [B', T - lead].
-    Position ids are passed explicitly, so dropping all-padding columns changes nothing but the work.
-    """
-    mask = mask[rows]
-    lead = int((mask == 0).all(dim=0).long().cumprod(dim=0).sum())
-    if lead and cache.layers and all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
-        for layer in cache.layers:
-            layer.compact(rows, lead)
-        return mask[:, lead:]
-    cache.batch_select_indices(rows)
-    return mask
-
-
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log_softmax(logits)[token] per row. logits [B, V] float32 (raw, temperature 1); tokens [B] -> [B]."""
-    return torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1)
-
-
-def sample_tokens(
-    logits: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """One token per row with that row's settings.
-
-    logits [B, V] float32; temperature [B] (0 = greedy); top_k [B] long (0 = off); top_p [B] (1 = off).
-    Returns tokens [B] long. Only rows with temperature > 0 consume random numbers (one uniform each).
-    """
-    tokens = logits.argmax(dim=-1)
-    rows = (temperature > 0).nonzero().squeeze(1)
-    if rows.numel() == 0:
-        return tokens
-    probs = sampling_probs(logits[rows] / temperature[rows, None], top_k[rows], top_p[rows])
-    tokens[rows] = draw(probs, generator)
-    return tokens
-
-
-def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One index per row of probs [B, V] (rows sum to ~1), by inverse CDF with one uniform per row.
-
-    ~30x cheaper than torch.multinomial at V = 49152 on CPU. Zero-probability entries are never drawn:
-    the CDF is flat over them; only the rounding case u ~ total can run off the end, and such a row
-    takes its last positive entry.
-    """
-    cdf = probs.cumsum(dim=-1)
-    uniform = torch.rand((probs.shape[0], 1), generator=generator, dtype=cdf.dtype)
-    picked = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(1).clamp(max=probs.shape[1] - 1)
-    off_the_end = probs.gather(1, picked[:, None]).squeeze(1) == 0
-    if bool(off_the_end.any()):
-        rows = off_the_end.nonzero().squeeze(1)
-        last_positive = probs.shape[1] - 1 - (probs[rows] > 0).flip(dims=(1,)).to(torch.uint8).argmax(dim=-1)
-        picked[rows] = last_positive
-    return picked
-
-
-# Top-p without top-k first looks for the nucleus among this many most likely tokens (a partial top-k is
-# far cheaper than sorting a 49152-wide row); only rows whose nucleus is wider pay for a full sort.
-_NUCLEUS_CANDIDATES = 1024
-
-
-def sampling_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """The distribution each row samples from: softmax of temperature-scaled logits, top-k then top-p.
-
-    scaled [B, V]; top_k [B] (0 = off); top_p [B] (1.0 = off). Returns probs [B, V], zero outside each
-    row's kept set and renormalised. Top-k keeps the k most likely tokens; top-p then keeps the smallest
-    set of most likely tokens whose probability (within the top-k set) reaches p; the most likely token
-    always stays. Rows with both filters off cost one softmax.
-    """
-    probs = torch.softmax(scaled, dim=-1)
-    filtered = ((top_k > 0) | (top_p < 1.0)).nonzero().squeeze(1)
-    if filtered.numel() == 0:
-        return probs
-    probs[filtered] = _filtered_probs(scaled[filtered], top_k[filtered], top_p[filtered])
-    return probs
-
-
-def _filtered_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """sampling_probs for rows that use at least one filter. scaled [F, V] -> probs [F, V]."""
-    vocab = scaled.shape[1]
-    uses_k = top_k > 0
-    k = torch.where(uses_k, top_k.clamp(max=vocab), vocab)
-    p_only = ~uses_k & (top_p < 1.0)
-    width = int(k[uses_k].max()) if bool(uses_k.any()) else 0
-    if bool(p_only.any()):
-        width = max(width, min(vocab, _NUCLEUS_CANDIDATES))
-    kept = _kept_probs(scaled, k, top_p, width)
-    if kept is None:  # some row's nucleus is wider than the candidates: sort whole rows
-        kept = _kept_probs(scaled, k, top_p, vocab)
-    values, order = kept
-    return torch.zeros_like(scaled).scatter(1, order, values)
-
-
-def _kept_probs(scaled, k, top_p, width):
-    """Probabilities of the ``width`` most likely tokens after top-k and top-p, with their token ids.
-
-    Returns (probs [F, width], token ids [F, width]), or None when a row without top-k has less than
-    top_p of its probability among the candidates (its nucleus may reach beyond them).
-    """
-    if width < scaled.shape[1]:
-        logits, order = scaled.topk(width, dim=-1, sorted=True)
-    else:
-        logits, order = scaled.sort(dim=-1, descending=True)
-    rank = torch.arange(width)
-    logits = logits.masked_fill(rank >= k[:, None], float("-inf"))
-    # Normaliser: over the top-k set for rows with top-k, over the whole vocabulary for the others.
-    truncated = k < scaled.shape[1]
-    normaliser = torch.where(truncated, logits.logsumexp(dim=-1), scaled.logsumexp(dim=-1))
-    probs = (logits - normaliser[:, None]).exp()
-    mass_before = probs.cumsum(dim=-1) - probs
-    if width < scaled.shape[1] and bool(((mass_before[:, -1] + probs[:, -1] < top_p) & ~truncated).any()):
-        return None
-    drop = (mass_before >= top_p[:, None]) & (top_p < 1.0)[:, None]
-    drop[:, 0] = False
-    probs = probs.masked_fill(drop, 0.0)
-    return probs / probs.sum(dim=-1, keepdim=True), order
 
 
 def _row_params(batch: list[_Unit], row_unit: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -24,7 +24,7 @@ def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int) -> 
         return HFEngine(model, codec, seed=seed, **spec.engine_options)
     if spec.engine == "vllm":
         from pettingllms.models import resolve_model
-        from pettingllms.rollout.vllm_engine import VLLMEngine
+        from pettingllms.rollout.vllm import VLLMEngine
 
         return VLLMEngine(resolve_model(spec.model_path), tensor_parallel_size=spec.layout.tensor_parallel, seed=seed,
                           codec=codec, **vllm_options(spec))

