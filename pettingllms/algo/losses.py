@@ -55,13 +55,15 @@ def micro_batch_objective(
     ref_log_probs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     entropy: torch.Tensor | None = None,
+    importance_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ObjectiveParts]:
     """Loss to back-propagate for one micro-batch, and its detached parts.
 
     Shapes: every tensor is (bs, T) over response tokens; ``response_mask`` is 1.0 on tokens that count and 0.0
     on padding and on masked-out (failed) rows. ``log_probs`` carries the gradient; ``old_log_probs`` and
     ``ref_log_probs`` must not. ``entropy`` (bs, T) enters the loss only when ``settings.entropy_coeff > 0``; with
-    a zero coefficient it is only measured.
+    a zero coefficient it is only measured. ``importance_weights`` (bs, T, detached) scale each token's policy-gradient
+    term (truncated importance sampling, ``truncated_importance_weights``).
 
         loss = pg_loss(dual-clip PPO)
                + kl_coef * agg(kl_penalty(log_probs, ref_log_probs))
@@ -77,6 +79,7 @@ def micro_batch_objective(
         clip_ratio_high=settings.clip_ratio_high,
         clip_ratio_c=settings.clip_ratio_c,
         global_batch=global_batch,
+        importance_weights=importance_weights,
     )
     loss = pg_loss
     num_tokens = int(response_mask.sum().item())
@@ -118,3 +121,16 @@ def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     if count.item() == 0:
         return 0.0
     return float((values.detach() * mask).sum() / count)
+
+
+def truncated_importance_weights(
+    learner_log_probs: torch.Tensor, engine_log_probs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """min(exp(learner - engine), cap) per token: (bs, T), detached; 1.0 where ``mask`` is 0 (no engine logprob).
+
+    Corrects the remaining mismatch between the engine that sampled the tokens and the learner's old policy
+    (token-level TIS, as verl's and TRL's); the cap bounds the variance.
+    """
+    with torch.no_grad():
+        ratio = torch.exp(learner_log_probs.float() - engine_log_probs.float()).clamp(max=cap)
+        return torch.where(mask > 0, ratio, torch.ones_like(ratio))

@@ -79,10 +79,13 @@ def ppo_clip_loss(
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float = 3.0,
     global_batch: GlobalBatchInfo | None = None,
+    importance_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's PPO-clip surrogate with dual clip. All tensors (bs, T). Returns (loss, metrics).
 
     ``global_batch`` makes micro-batch losses add up to the mini-batch loss under gradient accumulation.
+    ``importance_weights`` (bs, T), detached: each token's policy-gradient term is multiplied by it (verl's
+    ``rollout_is_weights``: truncated importance sampling between the rollout engine and the learner).
     """
     from verl.trainer.ppo.core_algos import compute_policy_loss_vanilla
 
@@ -95,6 +98,7 @@ def ppo_clip_loss(
         response_mask=response_mask,
         loss_agg_mode=loss_agg_mode,
         config=config,
+        rollout_is_weights=importance_weights,
     )
     return loss, {k: _to_float(v) for k, v in metrics.items()}
 

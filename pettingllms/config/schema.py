@@ -24,7 +24,6 @@ class LoraConfig:
 @dataclass
 class FSDPConfig:
     enabled: bool = False  # train with an FSDP2 worker group even with one rank (always on when num_ranks > 1)
-    mixed_precision: bool = False  # bf16 compute; fp32 master weights, optimizer state and gradient reduction
     cpu_offload: bool = False  # sharded weights, gradients and optimizer state in host memory (GPU ranks only)
     reshard_after_forward: bool = True  # free gathered layer weights after the forward (re-gather for backward)
 
@@ -32,7 +31,9 @@ class FSDPConfig:
 @dataclass
 class ModelConfig:
     path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
-    dtype: str = "float32"  # float32 | bfloat16 (training autocast and generation)
+    dtype: str = "float32"  # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
+    master_weights: str = "float32"  # the learner's weights and AdamW state; bfloat16 halves memory, loses small updates
+    chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)  # e.g. {enable_thinking: false} for Qwen3
     lora: LoraConfig = field(default_factory=LoraConfig)
     engine: str = "auto"  # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
     engine_options: Dict[str, Any] = field(default_factory=dict)  # engine keywords, e.g. vLLM gpu_memory_utilization
@@ -100,6 +101,11 @@ class KLConfig:
 
 
 @dataclass
+class RolloutCheckConfig:
+    max_kl: float = 0.05  # stop when the engine/learner k3 KL on the same tokens exceeds this (per policy, adapter); 0 = off
+
+
+@dataclass
 class AlgorithmConfig:
     norm_adv_by_std: bool = True
     filter: str = "none"  # none | dapo | std | mean
@@ -110,6 +116,8 @@ class AlgorithmConfig:
     loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | ...
     entropy_coeff: float = 0.0
     kl: KLConfig = field(default_factory=KLConfig)
+    rollout_check: RolloutCheckConfig = field(default_factory=lambda: RolloutCheckConfig())
+    tis_cap: float = 0.0  # truncated importance sampling: token weight min(pi_learner / pi_engine, cap); 0 = off
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pettingllms.core.errors import (
     PettingLLMsError,
     PromptTooLongError,
     RegistryError,
+    RolloutMismatchError,
 )
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.registry import (
@@ -51,6 +52,7 @@ __all__ = [
     "Problem",
     "PromptTooLongError",
     "RegistryError",
+    "RolloutMismatchError",
     "Sample",
     "SamplingParams",
     "Transition",

@@ -30,3 +30,8 @@ class EnvError(PettingLLMsError, RuntimeError):
 
 class InfrastructureError(PettingLLMsError, RuntimeError):
     """Something outside the model's control failed (sandbox, engine). Never scored as a wrong answer."""
+
+
+class RolloutMismatchError(PettingLLMsError, RuntimeError):
+    """The rollout engine's logprobs disagree with the learner's on the same tokens: the engine is not sampling
+    from the policy the learner trains (stale weights, a wrong adapter, a precision mismatch)."""

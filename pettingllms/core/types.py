@@ -63,7 +63,12 @@ FINISH_ERROR = "error"  # the engine failed; the sample is masked out of the los
 
 @dataclass(frozen=True)
 class Completion:
-    """One sampled response: exact token ids and the sampling policy's log-probabilities of them."""
+    """One sampled response: exact token ids and the engine's log-probabilities of them.
+
+    logprobs: one per token, raw (``log_softmax(logits)`` at temperature 1, before top-k/top-p), the quantity every
+    engine here reports and the learner compares against (the rollout-learner agreement check); empty when the
+    source has none (a scripted engine, a server that returns none), which leaves that sample unchecked.
+    """
 
     token_ids: tuple[int, ...]
     logprobs: tuple[float, ...]
@@ -100,6 +105,7 @@ class Sample:
     response_ids: tuple[int, ...]
     response_logprobs: tuple[float, ...]
     reward: float
+    temperature: float = 1.0  # the sampling temperature the engine drew the response with (0 = greedy)
     team_reward: float = 0.0
     local_reward: float = 0.0
     adapter: str | None = None

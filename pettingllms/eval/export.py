@@ -45,7 +45,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, mer
 
 
 def _export_policy(spec: WorkerSpec, folder: Path, dest: Path, merge_lora: bool) -> Exported:
-    from pettingllms.learner.learner import export_hf_model
+    from pettingllms.learner.state import export_hf_model
     from pettingllms.models import HFChatCodec, load_model, resolve_model
     from pettingllms.runtime.worker import save_tokenizer_beside
     from pettingllms.runtime.worker_state import load_trained_weights

@@ -53,6 +53,7 @@ class PolicyNeed:
     engine: str
     engine_options: dict = field(default_factory=dict)
     tensor_parallel: int = 1
+    chat_template_kwargs: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -80,7 +81,7 @@ def merge_needs(specs: Sequence[WorkerSpec]) -> dict[str, PolicyNeed]:
         adapters = tuple(dict.fromkeys((old.adapters if old else ()) + tuple(s.adapters)))
         needs[s.policy] = PolicyNeed(s.policy, s.model_path, s.dtype, s.lora, adapters,
                                      max(s.num_threads, old.num_threads if old else 0), s.engine,
-                                     dict(s.engine_options), s.layout.tensor_parallel)
+                                     dict(s.engine_options), s.layout.tensor_parallel, dict(s.chat_template_kwargs))
     return needs
 
 
@@ -98,7 +99,7 @@ def load_policies(m: EvalModelConfig, needs: dict[str, PolicyNeed], roles: Seque
     try:
         for need in needs.values():
             _refuse_adapter_export(need.model_path)
-            codec = _codec(tokenizer_source(need, m))
+            codec = _codec(tokenizer_source(need, m), need.chat_template_kwargs)
             model = load_model(need.model_path, need.dtype, need.lora, need.adapters)
             trained = checkpoint is not None
             if trained:
@@ -125,7 +126,7 @@ def local_engine(need: PolicyNeed, model: torch.nn.Module, codec: HFChatCodec, s
         return HFEngine(model, codec, seed=seed, **need.engine_options)
     if need.engine != "vllm":
         raise ConfigError(f"base_models.{need.name}.engine={need.engine!r}: eval runs hf or vllm locally")
-    from pettingllms.learner.fsdp import full_weights, trained_parameter_names
+    from pettingllms.learner.weights import full_weights, trained_parameter_names
     from pettingllms.rollout.vllm import VLLMEngine
     from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
 
@@ -164,12 +165,12 @@ def tokenizer_source(need: PolicyNeed, m: EvalModelConfig) -> str:
                       "set model.tokenizer to the base model it was trained from")
 
 
-def _codec(source: str) -> HFChatCodec:
+def _codec(source: str, chat_template_kwargs: dict | None = None) -> HFChatCodec:
     """The chat codec of a model spec, or of a tokenizer-only directory or hub id (no weights needed)."""
     path = Path(source).expanduser()
     has_weights = path.is_dir() and any(any(path.glob(pattern)) for pattern in ("*.safetensors", "*.bin"))
     if source in ALIASES or has_weights:
-        return HFChatCodec.from_pretrained(source)
+        return HFChatCodec.from_pretrained(source, chat_template_kwargs)
     from transformers import AutoTokenizer
 
     try:
@@ -178,7 +179,7 @@ def _codec(source: str) -> HFChatCodec:
         raise ConfigError(f"cannot load a tokenizer from {source!r}: {type(exc).__name__}: {exc}. Set "
                           "model.tokenizer to a local model or tokenizer directory") from exc
     tokenizer.padding_side = "left"
-    return HFChatCodec(tokenizer)
+    return HFChatCodec(tokenizer, chat_template_kwargs=chat_template_kwargs)
 
 
 def _adapter_policy(m: EvalModelConfig, needs: dict[str, PolicyNeed], roles: Sequence[str],
@@ -190,7 +191,7 @@ def _adapter_policy(m: EvalModelConfig, needs: dict[str, PolicyNeed], roles: Seq
     mapping = adapters_of_agents(roles, folders)
     used = sorted(set(mapping.values()))
     _check_base(folders[used[0]], need.model_path)
-    codec = _codec(m.tokenizer or need.model_path)
+    codec = _codec(m.tokenizer or need.model_path, need.chat_template_kwargs)
     described = {"model": need.model_path, "weights": {name: str(folders[name]) for name in used},
                  "engine": need.engine, "dtype": need.dtype}
     if need.engine == "vllm":  # vLLM loads the exported adapter folders as they are
@@ -276,7 +277,7 @@ def _server_policy(m: EvalModelConfig, needs: dict[str, PolicyNeed]) -> LoadedPo
     if need.adapters or m.adapters or m.checkpoint:
         raise ConfigError("model.server_url evaluates the served model as it is: drop LoRA adapters, model.adapters "
                           "and model.checkpoint (serve the trained weights instead)")
-    codec = _codec(m.tokenizer or need.model_path)
+    codec = _codec(m.tokenizer or need.model_path, need.chat_template_kwargs)
     eos = codec.tokenizer.eos_token_id
     eos = int(eos) if eos is not None else min(codec.eos_token_ids)
     engine = OpenAICompletionsEngine(

@@ -43,6 +43,10 @@ class PolicyBatch:
         token of a failed sample.
     advantages: (N, T) float32, each sample's scalar advantage broadcast over its response, 0.0 where masked.
     rollout_log_probs: (N, T) float32, the engine's log-probabilities of the response tokens (0.0 where absent).
+    rollout_mask: (N, T) float32, 1.0 where the engine reported a logprob for a token of a sample that counts.
+    row_temperatures: (R,) float32, the sampling temperature of each row's samples (a row's samples share it); the
+        learner's logprobs are those of ``softmax(logits / T)``, the distribution the tokens were drawn from (before
+        top-k/top-p, see docs/training.md). Greedy samples (T = 0) count as T = 1.
     """
 
     input_ids: torch.Tensor
@@ -55,6 +59,8 @@ class PolicyBatch:
     response_mask: torch.Tensor
     advantages: torch.Tensor
     rollout_log_probs: torch.Tensor
+    rollout_mask: torch.Tensor
+    row_temperatures: torch.Tensor
 
     @property
     def num_rows(self) -> int:
@@ -76,18 +82,24 @@ class PolicyBatch:
         return PolicyBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
 
 
+def learner_temperature(sample: Sample) -> float:
+    """The temperature the learner scales a sample's logits by: its sampling temperature, or 1 for greedy ones."""
+    return float(sample.temperature) if sample.temperature > 0 else 1.0
+
+
 def pack_by_prompt(samples: Sequence[Sample], max_tokens: int | None = None) -> list[list[int]]:
-    """Indices of ``samples`` grouped into packing units: samples with identical prompt ids, in first-seen order.
+    """Indices of ``samples`` grouped into packing units: samples with identical prompt ids (and sampling
+    temperature, which a row shares), in first-seen order.
 
     ``max_tokens`` caps a unit's packed length (prompt + its responses): a large group is split into several
     units, each repeating the prompt, so one row never outgrows the micro-batch budget (the attention mask is
     L x L). A single sample longer than the cap still gets a unit of its own.
     """
-    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    by_prompt: dict[tuple, list[int]] = {}
     for index, sample in enumerate(samples):
-        by_prompt.setdefault(tuple(sample.prompt_ids), []).append(index)
+        by_prompt.setdefault((tuple(sample.prompt_ids), learner_temperature(sample)), []).append(index)
     units: list[list[int]] = []
-    for prompt, indices in by_prompt.items():
+    for (prompt, _), indices in by_prompt.items():
         unit: list[int] = []
         length = len(prompt)
         for index in indices:
@@ -129,6 +141,8 @@ def build_batch(
     for unit in units:
         if any(samples[i].prompt_ids != samples[unit[0]].prompt_ids for i in unit):
             raise ValueError(f"samples {unit} do not share one prompt and cannot be packed together")
+        if len({learner_temperature(samples[i]) for i in unit}) > 1:
+            raise ValueError(f"samples {unit} were sampled at different temperatures and cannot share a row")
 
     num_rows, num_samples = len(units), len(samples)
     seq_len = max(packed_length(samples, unit) for unit in units)
@@ -144,6 +158,8 @@ def build_batch(
     response_mask = torch.zeros((num_samples, resp_len), dtype=torch.float32)
     advantage_rows = torch.zeros((num_samples, resp_len), dtype=torch.float32)
     rollout_log_probs = torch.zeros((num_samples, resp_len), dtype=torch.float32)
+    rollout_mask = torch.zeros((num_samples, resp_len), dtype=torch.float32)
+    row_temperatures = torch.tensor([learner_temperature(samples[unit[0]]) for unit in units], dtype=torch.float32)
     causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril()
 
     for row, unit in enumerate(units):
@@ -175,6 +191,8 @@ def build_batch(
                         f"for {rlen} response tokens"
                     )
                 rollout_log_probs[index, :rlen] = torch.tensor(sample.response_logprobs, dtype=torch.float32)
+                if not sample.failed:
+                    rollout_mask[index, :rlen] = 1.0
             if rlen and not sample.failed:
                 response_mask[index, :rlen] = 1.0
                 if advantages is not None:
@@ -195,6 +213,8 @@ def build_batch(
         response_mask=response_mask,
         advantages=advantage_rows,
         rollout_log_probs=rollout_log_probs,
+        rollout_mask=rollout_mask,
+        row_temperatures=row_temperatures,
     )
 
 
@@ -208,6 +228,14 @@ def response_token_values(column_values: torch.Tensor, batch: PolicyBatch, first
     columns = (batch.logit_columns - first_column).clamp(min=0, max=column_values.shape[1] - 1)
     rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
     return column_values[rows, columns]
+
+
+def tempered(logits: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
+    """logits (R, C, V) divided by each row's sampling temperature (the same tensor when every row has T = 1)."""
+    temperatures = batch.row_temperatures.to(logits.device)
+    if bool((temperatures == 1.0).all()):
+        return logits
+    return logits / temperatures[:, None, None]
 
 
 def response_log_probs(logits: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:

@@ -96,8 +96,17 @@ class LearnerConfig:
     loss_agg_mode: str = "token-mean"
     entropy_coeff: float = 0.0
     kl: KLConfig = field(default_factory=KLConfig)
-    dtype: str = "float32"  # "bfloat16" = bf16 autocast (weights and optimiser state stay fp32)
+    # Compute dtype of every forward and backward: "bfloat16" = bf16 autocast (FSDP2: MixedPrecisionPolicy). The
+    # weights and AdamW state are whatever the model was loaded as: float32 master weights unless the policy opts
+    # into bf16 weights (base_models.<p>.master_weights=bfloat16, docs/training.md "Precision").
+    dtype: str = "float32"
     gradient_checkpointing: bool = False
+    # Rollout-learner agreement: stop before the first optimiser step of an update when, for any stream, the mean
+    # k3 KL between the engine's logprobs and the learner's (same tokens, raw logits) exceeds this. 0 disables.
+    max_rollout_kl: float = 0.05
+    # Truncated importance sampling: weight each token's policy-gradient term by min(pi_learner / pi_engine, cap)
+    # (token-level, as verl's and TRL's); 0 = off.
+    tis_cap: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.kl, Mapping):
@@ -146,6 +155,9 @@ class LearnerConfig:
         )
         _check(self.entropy_coeff >= 0, f"entropy_coeff must be >= 0, got {self.entropy_coeff}")
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        _check(self.max_rollout_kl >= 0, f"max_rollout_kl must be >= 0 (0 disables the check), got {self.max_rollout_kl}")
+        _check(self.tis_cap == 0 or self.tis_cap >= 1,
+               f"tis_cap must be 0 (off) or >= 1 (the largest importance weight), got {self.tis_cap}")
         self.kl.validate()
 
     @classmethod

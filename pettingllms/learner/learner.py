@@ -1,38 +1,40 @@
-"""One policy's optimiser step: PPO-clip over token-budget micro-batches, per-agent LoRA routing, state dicts.
-
-Work is organised in *streams*. Under LoRA (L2) each adapter is a stream: its samples are forwarded with only
-that adapter active, its loss is normalised over its own tokens and its gradient is clipped on its own, so an
-agent's update is the same whether or not other agents' samples share the batch. Without LoRA (L0, L1, L3)
-there is one stream holding every sample.
+"""One policy's optimiser step: PPO-clip over token-budget micro-batches, per-agent LoRA streams, rollout checks.
 
 One call of ``update`` is one training iteration:
 
-    drop failed and frozen samples; split each stream into mini-batches
+    drop failed and frozen samples; split each stream (``learner/streams.py``) into mini-batches
     old log-probs: from the training forward itself when exactly on-policy, else one no-grad pass up front
     ref log-probs (only when the KL coefficient is > 0): one no-grad pass up front
+    rollout check: the engine's logprobs against the learner's, before the first optimiser step
     for epoch in ppo_epochs:
         for k-th mini-batch of every stream:
             zero grads (to None); forward/backward each micro-batch of each stream under its adapter
             clip each stream's gradient; optimizer.step()
     LR scheduler step (once); KL controllers update (once)
+
+Numerics (docs/training.md, "Precision"): every forward runs in train mode with every dropout probability set to 0
+at construction (old logprobs and the training forward then agree exactly, as the engine does); ``dtype=bfloat16``
+autocasts the forward and backward to bf16 over whatever weights the model holds (float32 master weights by
+default); each sample's logits are divided by its sampling temperature; sliding-window models get their window in
+the learner's masks (``learner/masks.py``).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import re
 import time
 import warnings
-from collections import defaultdict
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from pettingllms.algo.losses import ObjectiveParts, PPOLossSettings, micro_batch_objective
+from pettingllms.algo.losses import PPOLossSettings, micro_batch_objective, truncated_importance_weights
 from pettingllms.algo.verl_adapter import (
     GlobalBatchInfo,
     adaptive_kl_controller,
@@ -40,8 +42,8 @@ from pettingllms.algo.verl_adapter import (
     entropy_from_logits,
     fixed_kl_controller,
 )
+from pettingllms.core.errors import RolloutMismatchError
 from pettingllms.core.types import Sample
-from pettingllms.learner.adapters import AdapterContext, adapter_parameters, peft_adapter_context
 from pettingllms.learner.batching import (
     PolicyBatch,
     build_batch,
@@ -52,13 +54,20 @@ from pettingllms.learner.batching import (
     response_log_probs,
     response_token_values,
     split_mini_batches,
+    tempered,
     valid_response_tokens,
 )
 from pettingllms.learner.config import LearnerConfig
-from pettingllms.learner.fsdp import SINGLE_PROCESS, DataParallel, padded_plan
+from pettingllms.learner.data_parallel import SINGLE_PROCESS, DataParallel, padded_plan
+from pettingllms.learner.masks import AttentionLayout
+from pettingllms.learner.state import export_hf_model, restore, snapshot
+from pettingllms.learner.streams import Streams
+from pettingllms.learner.tally import RolloutAgreement, StepTally
+from pettingllms.models.lora import adapter_parameters, training_adapter, use_adapter
 
+log = logging.getLogger("pettingllms.learner")
 ADAPTERS_DISABLED = "adapters-disabled"
-STATE_FORMAT = 1
+
 
 class PolicyLearner:
     """Trains one policy. ``model`` is a causal LM (or a peft model carrying ``adapter_names``).
@@ -71,15 +80,13 @@ class PolicyLearner:
             ``"adapters-disabled"`` (the same model with its adapters off) under LoRA, or a frozen deep copy of
             ``model`` as it is now for a full model. Build the learner from the initial weights and then
             ``load_state_dict`` so that the copy is the true initial policy.
-        adapter_context: ``(model, name | None) -> context manager`` that activates one adapter or disables them
-            all; defaults to peft's ``set_adapter``/``disable_adapter``.
         frozen: agent or adapter names that are never updated: their samples are skipped and a frozen adapter's
             weights are left out of the optimiser.
-        policy: when given, every sample's ``policy`` field must equal it.
+        policy: when given, every sample's ``policy`` field must equal it (named in the rollout check's error).
         pad_token_id: any valid id; padding never reaches the loss.
-        data_parallel: this process's rank among the FSDP ranks of the policy (``pettingllms.learner.fsdp``). Every
+        data_parallel: this process's rank among the FSDP ranks of the policy (``learner/data_parallel.py``). Every
             rank gets the whole batch, trains on its own share of each mini-batch, and normalises the loss by the
-            whole mini-batch's token count; ``model`` must then be sharded with ``fsdp.shard_model``.
+            whole mini-batch's token count; ``model`` must then be sharded with ``learner.sharding.shard_model``.
     """
 
     def __init__(
@@ -89,7 +96,6 @@ class PolicyLearner:
         adapter_names: Sequence[str] = (),
         ref_model: nn.Module | str | None = None,
         *,
-        adapter_context: AdapterContext | None = None,
         frozen: Iterable[str] = (),
         policy: str | None = None,
         pad_token_id: int = 0,
@@ -99,14 +105,8 @@ class PolicyLearner:
         self.data_parallel = data_parallel
         self.model = model
         self.config = config
-        self.adapter_names = tuple(adapter_names)
-        if len(set(self.adapter_names)) != len(self.adapter_names):
-            raise ValueError(f"duplicate adapter names: {self.adapter_names}")
-        self.frozen = frozenset(frozen)
-        self.policy = policy
+        self.streams = Streams(adapter_names, frozen, policy)
         self.pad_token_id = pad_token_id
-        self._adapter_context = adapter_context or peft_adapter_context
-        self._streams: tuple[str | None, ...] = self.adapter_names if self.uses_lora else (None,)
         self._loss_settings = PPOLossSettings(
             loss_agg_mode=config.loss_agg_mode,
             clip_ratio_low=config.clip_ratio_low,
@@ -115,9 +115,15 @@ class PolicyLearner:
             entropy_coeff=config.entropy_coeff,
             kl_type=config.kl.type,
         )
-
+        self._attention = AttentionLayout.of(model)
+        disabled = zero_dropout(model)
+        if disabled:
+            log.warning("dropout is not applied in RL updates (the engine samples without it, and old and new "
+                        "logprobs must agree): set to 0 in %s", ", ".join(disabled[:6]) + (" ..." if len(disabled) > 6
+                                                                                          else ""))
         # The reference copy must be taken before gradient checkpointing or requires_grad changes touch the model.
         self._reference = self._make_reference(ref_model)
+        self._adapter_params = {name: [p for _, p in adapter_parameters(model, name)] for name in self.adapter_names}
         self._named_trainable = self._collect_trainable()
         if not self._named_trainable:
             raise ValueError("nothing to train: no parameter requires grad (or every adapter is frozen)")
@@ -131,7 +137,7 @@ class PolicyLearner:
         self.scheduler = cosine_schedule_with_warmup(
             self.optimizer, config.warmup_steps, config.total_steps, config.min_lr_ratio
         )
-        self.kl_controllers = [self._make_kl_controller() for _ in self._streams] if config.kl.enabled else []
+        self.kl_controllers = [self._make_kl_controller() for _ in self.streams.names] if config.kl.enabled else []
         self.step = 0
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -139,8 +145,20 @@ class PolicyLearner:
     # ------------------------------------------------------------------ setup
 
     @property
+    def adapter_names(self) -> tuple[str, ...]:
+        return self.streams.adapter_names
+
+    @property
+    def frozen(self) -> frozenset[str]:
+        return self.streams.frozen
+
+    @property
+    def policy(self) -> str | None:
+        return self.streams.policy
+
+    @property
     def uses_lora(self) -> bool:
-        return bool(self.adapter_names)
+        return self.streams.uses_lora
 
     @property
     def device(self) -> torch.device:
@@ -154,7 +172,7 @@ class PolicyLearner:
     @property
     def kl_coefs(self) -> dict[str | None, float]:
         """Current KL coefficient per stream (adapter name, or None for a full model); empty when KL is off."""
-        return {stream: float(c.value) for stream, c in zip(self._streams, self.kl_controllers)}
+        return {stream: float(c.value) for stream, c in zip(self.streams.names, self.kl_controllers)}
 
     @property
     def lr(self) -> float:
@@ -178,17 +196,15 @@ class PolicyLearner:
 
     def _collect_trainable(self) -> list[tuple[str, nn.Parameter]]:
         """Parameters the optimiser owns, in a fixed order (optimizer state dicts index them by position)."""
-        self._adapter_params: dict[str, list[tuple[str, nn.Parameter]]] = {}
         if not self.uses_lora:
             return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        self._adapter_params = {name: adapter_parameters(self.model, name) for name in self.adapter_names}
-        owned = {id(p) for params in self._adapter_params.values() for _, p in params}
-        for _, param in self.model.named_parameters():
+        owned = {id(p) for params in self._adapter_params.values() for p in params}
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for param in self.model.parameters():
             if id(param) not in owned:
                 param.requires_grad_(False)  # base weights never train under LoRA
-        return [
-            (n, p) for name in self.adapter_names if name not in self.frozen for n, p in self._adapter_params[name]
-        ]
+        return [(names[id(p)], p) for name in self.adapter_names if self.streams.trainable(name)
+                for p in self._adapter_params[name]]
 
     def _make_kl_controller(self) -> Any:
         kl = self.config.kl
@@ -199,100 +215,61 @@ class PolicyLearner:
     def _stream_params(self, stream: str | None) -> list[nn.Parameter]:
         if stream is None:
             return [p for _, p in self._named_trainable]
-        return [p for _, p in self._adapter_params[stream]]
-
-    # ------------------------------------------------------------------ routing
-
-    def _stream_of(self, index: int, sample: Sample) -> str | None:
-        where = f"sample {index} (policy {sample.policy!r}, agent {sample.agent!r}, episode {sample.episode!r})"
-        if self.policy is not None and sample.policy != self.policy:
-            raise ValueError(f"{where} belongs to another policy; this learner trains {self.policy!r}")
-        if not self.uses_lora:
-            if sample.adapter is not None:
-                raise ValueError(f"{where} names adapter {sample.adapter!r} but this policy has no LoRA adapters")
-            return None
-        if sample.adapter is None:
-            raise ValueError(
-                f"{where} has no adapter; under LoRA every sample must name its agent's adapter, "
-                f"one of {list(self.adapter_names)}"
-            )
-        if sample.adapter not in self.adapter_names:
-            raise ValueError(f"{where} names unknown adapter {sample.adapter!r}; known: {list(self.adapter_names)}")
-        return sample.adapter
-
-    def _is_frozen(self, sample: Sample) -> bool:
-        return sample.agent in self.frozen or (sample.adapter is not None and sample.adapter in self.frozen)
-
-    def _partition(self, samples: Sequence[Sample]) -> tuple[dict[str | None, list[int]], dict[str, int]]:
-        """Trainable sample indices per stream (stream order), and counts of what was skipped and why."""
-        by_stream: dict[str | None, list[int]] = {stream: [] for stream in self._streams}
-        skipped = {"num_failed_skipped": 0, "num_frozen_skipped": 0}
-        for index, sample in enumerate(samples):
-            stream = self._stream_of(index, sample)
-            if sample.failed or not sample.response_ids:
-                skipped["num_failed_skipped"] += 1
-            elif self._is_frozen(sample):
-                skipped["num_frozen_skipped"] += 1
-            else:
-                by_stream[stream].append(index)
-        return {s: idx for s, idx in by_stream.items() if idx}, skipped
+        return list(self._adapter_params[stream])
 
     # ------------------------------------------------------------------ forward passes
 
-    @contextmanager
-    def _adapter_active(self, stream: str | None, *, train: bool) -> Iterator[None]:
-        """Forward (and backward) with ``stream``'s adapter; only its weights require grad when ``train``."""
+    def _pass_context(self, stream: str | None, *, train: bool):
+        """Forward (and backward) through ``stream``'s adapter; only its weights require grad when ``train``."""
         if not self.uses_lora:
-            yield
-            return
-        with self._adapter_context(self.model, stream):
-            # peft's switching toggles requires_grad on its own terms; set exactly what this pass needs (only the
-            # active, unfrozen adapter, and only when training) and put the flags back afterwards.
-            saved = [(param, param.requires_grad) for params in self._adapter_params.values() for _, param in params]
-            for name, params in self._adapter_params.items():
-                wanted = train and name == stream and name not in self.frozen
-                for _, param in params:
-                    param.requires_grad_(wanted)
-            try:
-                yield
-            finally:
-                for param, flag in saved:
-                    param.requires_grad_(flag)
+            return nullcontext()
+        trainable = train and self.streams.trainable(stream)
+        return training_adapter(self.model, stream, self._adapter_params, trainable)
 
     def _autocast(self) -> Any:
         if self.config.dtype == "bfloat16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _response_log_probs(
-        self, model: nn.Module, batch: PolicyBatch, *, entropy: str = "none"
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (N, T) of each sample's response tokens; entropy (N, T) when ``entropy`` is "grad" or "detached".
-
-        The LM head runs only from the earliest column that predicts a response token (``logits_to_keep``); a
-        packed row puts its shared prompt first, so this skips nearly every prompt position. Logits are upcast to
-        fp32 before the softmax so bf16 autocast does not round the log-probs.
-        """
+    def _forward_logits(self, model: nn.Module, batch: PolicyBatch) -> tuple[torch.Tensor, int]:
+        """float32 logits (R, C, V) of row columns ``first_col ..`` (the LM head skips every column before it)."""
         first_col = batch.first_logit_column
         seq_len = batch.input_ids.shape[1]
         with self._autocast():
             output = model(
                 input_ids=batch.input_ids,
-                attention_mask=batch.attention_mask,
+                attention_mask=self._attention.masks(batch.attention_mask, batch.position_ids),
                 position_ids=batch.position_ids,
                 use_cache=False,
                 logits_to_keep=seq_len - first_col,
             )
-        logits = output.logits.float()  # column c holds the logits at row column first_col + c
-        del output
-        log_probs = response_log_probs(logits, batch, first_col)
+        return output.logits.float(), first_col
+
+    def _response_log_probs(
+        self, model: nn.Module, batch: PolicyBatch, *, entropy: str = "none", raw: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(log-probs, entropy, raw log-probs), each (N, T) over the samples' response tokens.
+
+        log-probs: of ``softmax(logits / T)`` with each sample's sampling temperature T (the policy the loss
+        trains); entropy: of that distribution, when ``entropy`` is "grad" or "detached"; raw: at temperature 1
+        (what engines report; for the rollout check), detached, when ``raw``. Logits are upcast to fp32 first, so
+        bf16 autocast does not round the log-probs.
+        """
+        logits, first_col = self._forward_logits(model, batch)
+        scaled = tempered(logits, batch)
+        log_probs = response_log_probs(scaled, batch, first_col)
         entropies = None
         if entropy == "grad":
-            entropies = _response_entropy(logits, batch, first_col)
+            entropies = _response_entropy(scaled, batch, first_col)
         elif entropy == "detached":
             with torch.no_grad():
-                entropies = _response_entropy(logits.detach(), batch, first_col)
-        return log_probs, entropies
+                entropies = _response_entropy(scaled.detach(), batch, first_col)
+        raw_log_probs = None
+        if raw:
+            with torch.no_grad():
+                raw_log_probs = log_probs.detach() if scaled is logits else response_log_probs(
+                    logits.detach(), batch, first_col)
+        return log_probs, entropies, raw_log_probs
 
     def _micro_batches(self, samples: Sequence[Sample], indices: Sequence[int]) -> Iterator[tuple[list[int], list]]:
         """This rank's micro-batches of ``indices`` (all of them in a single process).
@@ -308,6 +285,14 @@ class PolicyLearner:
         plans = [list(self._packed_micro_batches(samples, share)) for share in shares]
         yield from padded_plan(plans, self.data_parallel.rank, ([], []))
 
+    def _micro_batches_of_mini_batches(
+        self, samples: Sequence[Sample], indices: Sequence[int]
+    ) -> Iterator[tuple[list[int], list]]:
+        """The micro-batches of every mini-batch of ``indices``, exactly as the training passes cut them, so a no-grad
+        pass computes the very same forwards (bit for bit: the on-policy ratio is exactly 1)."""
+        for chunk in split_mini_batches(indices, self.config.ppo_mini_batch_size):
+            yield from self._micro_batches(samples, chunk)
+
     def _padding_pass(self, model: nn.Module, sample: Sample, *, backward: bool) -> None:
         """A forward (and backward) that changes nothing, run where another rank has a real micro-batch.
 
@@ -315,7 +300,7 @@ class PolicyLearner:
         FSDP reduce-scatters the same tensors on every rank.
         """
         batch = build_batch([sample], pad_token_id=self.pad_token_id).to(self.device)
-        log_probs, _ = self._response_log_probs(model, batch)
+        log_probs, _, _ = self._response_log_probs(model, batch)
         if backward:
             (log_probs.sum() * 0.0).backward()
 
@@ -342,38 +327,39 @@ class PolicyLearner:
                 rows.extend(indices[i] for i in units[unit_index])
             yield rows, local_units
 
-    @contextmanager
-    def _eval_mode(self, model: nn.Module) -> Iterator[None]:
-        was_training = model.training
-        model.eval()
-        try:
-            yield
-        finally:
-            model.train(was_training)
-
     @torch.no_grad()
     def _log_probs_no_grad(
-        self, samples: Sequence[Sample], by_stream: Mapping[str | None, Sequence[int]], *, reference: bool = False
+        self,
+        samples: Sequence[Sample],
+        by_stream: Mapping[str | None, Sequence[int]],
+        *,
+        reference: bool = False,
+        agreement: RolloutAgreement | None = None,
     ) -> dict[int, torch.Tensor]:
-        """Per-sample response log-probs (len_i,) on CPU under the policy (or the reference), keyed by index."""
+        """Per-sample response log-probs (len_i,) on CPU under the policy (or the reference), keyed by index.
+
+        Same mode as the training forward (train mode, dropout zeroed). ``agreement``: also tally the rollout check.
+        """
         out: dict[int, torch.Tensor] = {}
         model = self._reference if reference and isinstance(self._reference, nn.Module) else self.model
         for stream, indices in by_stream.items():
-            for rows, units in self._micro_batches(samples, indices):
+            for rows, units in self._micro_batches_of_mini_batches(samples, indices):
                 if reference and self._reference == ADAPTERS_DISABLED:
-                    context = self._adapter_context(self.model, None)
+                    context = use_adapter(self.model, None)
                 elif reference:
                     context = nullcontext()
                 else:
-                    context = self._adapter_active(stream, train=False)
+                    context = self._pass_context(stream, train=False)
                 if not rows:
-                    with self._eval_mode(model), context:
+                    with context:
                         self._padding_pass(model, samples[indices[0]], backward=False)
                     continue
                 batch = build_batch([samples[i] for i in rows], pad_token_id=self.pad_token_id, units=units)
                 batch = batch.to(self.device)
-                with self._eval_mode(model), context:
-                    log_probs, _ = self._response_log_probs(model, batch)
+                with context:
+                    log_probs, _, raw = self._response_log_probs(model, batch, raw=agreement is not None)
+                if agreement is not None:
+                    agreement.add(stream, raw, batch.rollout_log_probs, batch.rollout_mask)
                 log_probs = log_probs.float().cpu()
                 for row, index in enumerate(rows):
                     out[index] = log_probs[row, : len(samples[index].response_ids)].clone()
@@ -382,16 +368,12 @@ class PolicyLearner:
     def compute_logprobs(self, samples: Sequence[Sample]) -> list[tuple[float, ...]]:
         """Response-token log-probs of each sample under the current policy (its adapter under LoRA), no grad.
 
-        Raw logits (temperature 1), the same quantity the rollout engine reports. Empty responses give ().
+        At each sample's own sampling temperature (T = 1: the raw logits, what engines report). Empty responses
+        give ().
         """
         if self.data_parallel.is_distributed:
             raise RuntimeError("compute_logprobs runs in a single process; an FSDP rank computes only its own share")
-        by_stream: dict[str | None, list[int]] = defaultdict(list)
-        for index, sample in enumerate(samples):
-            stream = self._stream_of(index, sample)
-            if sample.response_ids:
-                by_stream[stream].append(index)
-        values = self._log_probs_no_grad(samples, by_stream)
+        values = self._log_probs_no_grad(samples, self.streams.all_streams(samples))
         return [tuple(values[i].tolist()) if i in values else () for i in range(len(samples))]
 
     # ------------------------------------------------------------------ gradients
@@ -405,13 +387,15 @@ class PolicyLearner:
         old_log_probs: Mapping[int, torch.Tensor] | None,
         ref_log_probs: Mapping[int, torch.Tensor] | None,
         kl_coef: float,
-        tally: "_Tally",
+        tally: StepTally,
+        agreement: RolloutAgreement | None = None,
     ) -> None:
         """Accumulate one mini-batch's gradient over token-budget micro-batches.
 
         ``GlobalBatchInfo`` carries the mini-batch's token and sequence counts, so each micro-batch loss is
         normalised by the whole mini-batch and the accumulated gradient equals that of one big batch.
-        ``old_log_probs`` None means exactly on-policy: the forward's own detached log-probs serve as old ones.
+        ``old_log_probs`` None means exactly on-policy: the forward's own detached log-probs serve as old ones (and
+        ``agreement``, when given, is tallied from the same forward).
         """
         # ``indices`` is the whole mini-batch on every rank, so these counts are global; dp_size undoes FSDP's
         # averaging of gradients over ranks.
@@ -421,25 +405,34 @@ class PolicyLearner:
             dp_size=self.data_parallel.world_size,
         )
         entropy_mode = "grad" if self.config.entropy_coeff > 0 else "detached"
+        want_raw = agreement is not None or self.config.tis_cap > 0
         mini_batch_pg_loss = 0.0
         for rows, units in self._micro_batches(samples, indices):
             if not rows:
-                with self._adapter_active(stream, train=True):
+                with self._pass_context(stream, train=True):
                     self._padding_pass(self.model, samples[indices[0]], backward=True)
                 continue
             batch = build_batch(
                 [samples[i] for i in rows], [advantages[i] for i in rows], pad_token_id=self.pad_token_id, units=units
             ).to(self.device)
             width = batch.response_mask.shape[1]
-            with self._adapter_active(stream, train=True):
-                log_probs, entropy = self._response_log_probs(self.model, batch, entropy=entropy_mode)
+            with self._pass_context(stream, train=True):
+                log_probs, entropy, raw = self._response_log_probs(self.model, batch, entropy=entropy_mode,
+                                                                    raw=want_raw)
                 if old_log_probs is None:
                     old = log_probs.detach()
+                    if agreement is not None:
+                        agreement.add(stream, raw, batch.rollout_log_probs, batch.rollout_mask)
                 else:
                     old = pad_response_values([old_log_probs[i] for i in rows], width).to(self.device)
                 ref = None
                 if ref_log_probs is not None:
                     ref = pad_response_values([ref_log_probs[i] for i in rows], width).to(self.device)
+                weights = None
+                if self.config.tis_cap > 0:
+                    # Raw (T = 1) logprobs on both sides: the quantity the engine reports (docs/training.md, TIS).
+                    weights = truncated_importance_weights(raw, batch.rollout_log_probs, batch.rollout_mask,
+                                                           self.config.tis_cap)
                 loss, parts = micro_batch_objective(
                     log_probs,
                     old,
@@ -450,6 +443,7 @@ class PolicyLearner:
                     ref_log_probs=ref,
                     kl_coef=kl_coef,
                     entropy=entropy,
+                    importance_weights=weights,
                 )
                 # Backward inside the adapter context: gradient checkpointing re-runs the forward here.
                 loss.backward()
@@ -473,18 +467,14 @@ class PolicyLearner:
         """Zero the gradients, then accumulate the on-policy loss gradient of the whole batch (one mini-batch per
         stream) into ``param.grad``. No clipping and no optimiser step: a probe for tests and debugging."""
         self._check_advantages(samples, advantages)
-        by_stream, _ = self._partition(samples)
+        by_stream, _ = self.streams.partition(samples)
         self.optimizer.zero_grad(set_to_none=True)
-        tally = _Tally()
-        was_training = self.model.training
-        self.model.train()
-        try:
+        tally = StepTally()
+        with _training_mode(self.model):
             for stream, indices in by_stream.items():
                 kl_coef, ref = self._kl_inputs(samples, stream, indices)
                 self._backward_mini_batch(stream, samples, advantages, indices, None, ref, kl_coef, tally)
-        finally:
-            self.model.train(was_training)
-        tally.merge_ranks(self.data_parallel, self._streams)
+        tally.merge_ranks(self.data_parallel, self.streams.names)
         return tally.summary()
 
     def _kl_inputs(
@@ -492,7 +482,7 @@ class PolicyLearner:
     ) -> tuple[float, dict[int, torch.Tensor] | None]:
         if not self.kl_controllers:
             return 0.0, None
-        coef = float(self.kl_controllers[self._streams.index(stream)].value)
+        coef = float(self.kl_controllers[self.streams.names.index(stream)].value)
         return coef, self._log_probs_no_grad(samples, {stream: indices}, reference=True)
 
     @staticmethod
@@ -506,48 +496,55 @@ class PolicyLearner:
     # ------------------------------------------------------------------ the training step
 
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
-        """One training iteration on ``samples`` with one scalar advantage per sample. Returns float metrics."""
+        """One training iteration on ``samples`` with one scalar advantage per sample. Returns float metrics.
+
+        Raises ``RolloutMismatchError`` (before any weight moves) when the engine that sampled the batch and the
+        learner disagree on the same tokens by more than ``config.max_rollout_kl``.
+        """
         started = time.perf_counter()
         self._check_advantages(samples, advantages)
-        by_stream, skipped = self._partition(samples)
+        by_stream, skipped = self.streams.partition(samples)
         lr = self.lr
         mini_batches = {s: split_mini_batches(idx, self.config.ppo_mini_batch_size) for s, idx in by_stream.items()}
         num_rounds = max((len(m) for m in mini_batches.values()), default=0)
         on_policy = self.config.ppo_epochs == 1 and num_rounds <= 1
+        agreement = RolloutAgreement()
 
         timings = {"old_log_prob_s": 0.0, "ref_log_prob_s": 0.0}
-        old_log_probs = None
-        if by_stream and not on_policy:
-            t0 = time.perf_counter()
-            old_log_probs = self._log_probs_no_grad(samples, by_stream)
-            timings["old_log_prob_s"] = time.perf_counter() - t0
-        ref_log_probs = None
-        if by_stream and self.kl_controllers:
-            t0 = time.perf_counter()
-            ref_log_probs = self._log_probs_no_grad(samples, by_stream, reference=True)
-            timings["ref_log_prob_s"] = time.perf_counter() - t0
-        kl_coefs = {s: float(c.value) for s, c in zip(self._streams, self.kl_controllers)}
+        tally = StepTally()
+        with _training_mode(self.model):
+            old_log_probs = None
+            if by_stream and not on_policy:
+                t0 = time.perf_counter()
+                old_log_probs = self._log_probs_no_grad(samples, by_stream, agreement=agreement)
+                timings["old_log_prob_s"] = time.perf_counter() - t0
+                self._check_rollout(agreement)
+            ref_log_probs = None
+            if by_stream and self.kl_controllers:
+                t0 = time.perf_counter()
+                ref_log_probs = self._log_probs_no_grad(samples, by_stream, reference=True)
+                timings["ref_log_prob_s"] = time.perf_counter() - t0
+            kl_coefs = {s: float(c.value) for s, c in zip(self.streams.names, self.kl_controllers)}
+            try:
+                for epoch in range(self.config.ppo_epochs):
+                    for round_index in range(num_rounds):
+                        # Round k takes every stream's k-th mini-batch: streams own disjoint weights, so this is one
+                        # optimizer step per stream; a stream without a k-th mini-batch keeps grad=None (no move).
+                        chunks = {s: m[round_index] for s, m in mini_batches.items() if round_index < len(m)}
+                        first = epoch == 0 and round_index == 0
+                        check = agreement if (first and old_log_probs is None) else None
+                        self._optimizer_step(samples, advantages, chunks, old_log_probs, ref_log_probs, kl_coefs,
+                                             tally, check)
+            finally:
+                self.optimizer.zero_grad(set_to_none=True)  # free gradient memory between iterations
 
-        tally = _Tally()
-        was_training = self.model.training
-        self.model.train()
-        try:
-            for _ in range(self.config.ppo_epochs):
-                for round_index in range(num_rounds):
-                    # Round k takes every stream's k-th mini-batch: streams own disjoint weights, so this is one
-                    # optimizer step per stream, and a stream without a k-th mini-batch keeps grad=None (no move).
-                    chunks = {s: m[round_index] for s, m in mini_batches.items() if round_index < len(m)}
-                    self._optimizer_step(samples, advantages, chunks, old_log_probs, ref_log_probs, kl_coefs, tally)
-        finally:
-            self.optimizer.zero_grad(set_to_none=True)  # free gradient memory between iterations
-            self.model.train(was_training)
-
-        tally.merge_ranks(self.data_parallel, self._streams)  # before the KL controllers read it
+        tally.merge_ranks(self.data_parallel, self.streams.names)  # before the KL controllers read it
         self._advance_schedule()
-        self._update_kl_controllers(by_stream, samples, tally)
+        self._update_kl_controllers(by_stream, tally)
         self.step += 1
         metrics = tally.summary()
         metrics.update(self._step_metrics(samples, by_stream, skipped, kl_coefs, lr, num_rounds, tally))
+        metrics.update(agreement.metrics(self.streams.names))
         metrics.update(timings)
         metrics["update_s"] = time.perf_counter() - started
         return metrics
@@ -560,18 +557,47 @@ class PolicyLearner:
         old_log_probs: Mapping[int, torch.Tensor] | None,
         ref_log_probs: Mapping[int, torch.Tensor] | None,
         kl_coefs: Mapping[str | None, float],
-        tally: "_Tally",
+        tally: StepTally,
+        agreement: RolloutAgreement | None,
     ) -> None:
-        """Accumulate each stream's mini-batch gradient, clip it per stream, then take one AdamW step."""
+        """Accumulate each stream's mini-batch gradient, clip it per stream, then take one AdamW step.
+
+        ``agreement`` (the on-policy case: no separate old-logprob pass) is tallied from these forwards and checked
+        before the step, so a mismatched batch never moves the weights.
+        """
         self.optimizer.zero_grad(set_to_none=True)  # None, not 0: AdamW must skip (not decay) idle adapters
         norms = {}
         for stream, indices in chunks.items():
-            self._backward_mini_batch(
-                stream, samples, advantages, indices, old_log_probs, ref_log_probs, kl_coefs.get(stream, 0.0), tally
-            )
+            self._backward_mini_batch(stream, samples, advantages, indices, old_log_probs, ref_log_probs,
+                                      kl_coefs.get(stream, 0.0), tally, agreement)
             norms[stream] = self._clip_stream(stream)
+        if agreement is not None:
+            self._check_rollout(agreement)
         tally.add_optimizer_step(norms)
         self.optimizer.step()
+
+    def _check_rollout(self, agreement: RolloutAgreement) -> None:
+        """Merge the agreement over ranks (every rank takes the same decision) and stop on a mismatch."""
+        agreement.merge_ranks(self.data_parallel, self.streams.names)
+        limit = self.config.max_rollout_kl
+        if limit <= 0:
+            return
+        for stream in self.streams.names:
+            figures = agreement.of(stream)
+            if figures is None or figures[2] <= limit:
+                continue
+            tokens, abs_diff, k3 = figures
+            where = f"policy {self.policy!r}" if self.policy else "this policy"
+            if stream is not None:
+                where += f", adapter {stream!r}"
+            raise RolloutMismatchError(
+                f"{where}: the rollout engine's logprobs disagree with the learner's on the same {tokens:.0f} tokens "
+                f"(mean |delta logprob| {abs_diff:.4f}, k3 KL {k3:.4f} > algorithm.rollout_check.max_kl={limit:g}), "
+                f"so the engine is not sampling from the policy being trained. Likely causes: a weight sync that did "
+                f"not reach the engine (see timing/sync_s), an adapter delivered under another agent's name (L2), or "
+                f"a precision mismatch between engine and learner (dtype, kernels). The update was not applied. "
+                f"Raise the threshold only after ruling these out"
+            )
 
     def _advance_schedule(self) -> None:
         # One scheduler step per iteration. The last planned iteration already runs at the minimum LR; stepping
@@ -583,10 +609,8 @@ class PolicyLearner:
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
                 self.scheduler.step()
 
-    def _update_kl_controllers(
-        self, by_stream: Mapping[str | None, Sequence[int]], samples: Sequence[Sample], tally: "_Tally"
-    ) -> None:
-        for stream, controller in zip(self._streams, self.kl_controllers):
+    def _update_kl_controllers(self, by_stream: Mapping[str | None, Sequence[int]], tally: StepTally) -> None:
+        for stream, controller in zip(self.streams.names, self.kl_controllers):
             if stream in by_stream:
                 controller.update(current_kl=tally.stream_kl(stream), n_steps=len(by_stream[stream]))
 
@@ -598,7 +622,7 @@ class PolicyLearner:
         kl_coefs: Mapping[str | None, float],
         lr: float,
         num_rounds: int,
-        tally: "_Tally",
+        tally: StepTally,
     ) -> dict[str, float]:
         metrics: dict[str, float] = {
             "lr": lr,
@@ -621,58 +645,14 @@ class PolicyLearner:
 
     # ------------------------------------------------------------------ state
 
-    def _model_state(self) -> dict[str, torch.Tensor]:
-        if self.uses_lora:
-            return {n: p.detach().clone() for name in self.adapter_names for n, p in self._adapter_params[name]}
-        return {n: t.detach().clone() for n, t in self.model.state_dict().items()}
-
     def state_dict(self) -> dict[str, Any]:
-        """A snapshot (copied tensors) of everything a resumed run needs: weights (adapters only under LoRA),
-        optimiser, scheduler, KL controllers and the step counter. RNG state is the checkpoint layer's job."""
-        return {
-            "format": STATE_FORMAT,
-            "step": self.step,
-            "adapter_names": list(self.adapter_names),
-            "frozen": sorted(self.frozen),
-            "model": self._model_state(),
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-            "scheduler": copy.deepcopy(self.scheduler.state_dict()),
-            "kl_coefs": [float(c.value) for c in self.kl_controllers],
-        }
-
-    def check_saved_state(self, state: Mapping[str, Any], expected_format: int, what: str) -> None:
-        """Raise unless ``state`` (a saved learner state, whole or sharded) fits this learner: format, adapters,
-        frozen adapters and whether the KL loss is on."""
-        if state.get("format") != expected_format:
-            raise ValueError(f"{what} format {state.get('format')!r} is not {expected_format}")
-        if list(state["adapter_names"]) != list(self.adapter_names) or sorted(state["frozen"]) != sorted(self.frozen):
-            raise ValueError(
-                f"{what} was saved with adapters {state['adapter_names']} (frozen {state['frozen']}); "
-                f"this learner has {list(self.adapter_names)} (frozen {sorted(self.frozen)})"
-            )
-        if len(state["kl_coefs"]) != len(self.kl_controllers):
-            raise ValueError(f"{what} and this learner disagree on whether the KL loss is on")
+        """An in-memory snapshot (host copies) of everything a resumed run needs: weights (adapters only under
+        LoRA), optimiser, scheduler, KL controllers and the step counter. Checkpoints use DCP instead
+        (``learner/state.py``); RNG state is the checkpoint layer's job."""
+        return snapshot(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.check_saved_state(state, STATE_FORMAT, "learner state")
-        self._load_model_state(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        for controller, value in zip(self.kl_controllers, state["kl_coefs"]):
-            controller.value = value
-        self.step = int(state["step"])
-
-    def _load_model_state(self, weights: Mapping[str, torch.Tensor]) -> None:
-        if not self.uses_lora:
-            self.model.load_state_dict(weights, strict=True)
-            return
-        params = {n: p for name in self.adapter_names for n, p in self._adapter_params[name]}
-        missing, unexpected = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
-        if missing or unexpected:
-            raise ValueError(f"adapter weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
-        with torch.no_grad():
-            for name, param in params.items():
-                param.copy_(weights[name])
+        restore(self, state)
 
     def export_hf(self, dest_dir: str | Path) -> list[Path]:
         """Write loadable Hugging Face weights; returns the folders written.
@@ -683,22 +663,42 @@ class PolicyLearner:
         return export_hf_model(self.model, self.adapter_names, dest_dir)
 
 
-def export_hf_model(model: nn.Module, adapter_names: Sequence[str], dest_dir: str | Path) -> list[Path]:
-    """``PolicyLearner.export_hf`` for any unsharded module (e.g. an FSDP policy's full engine copy)."""
-    dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    if not adapter_names:
-        model.save_pretrained(dest)
-        return [dest]
-    written = []
-    for name in adapter_names:
-        # peft writes a non-"default" adapter into <dir>/<name> and "default" into <dir> itself.
-        target_parent = dest / name if name == "default" else dest
-        model.save_pretrained(target_parent, selected_adapters=[name])
-        folder = dest / name
-        _tag_adapter_config(folder / "adapter_config.json", name)
-        written.append(folder)
-    return written
+class _training_mode:
+    """Train mode for the body (every learner pass: dropout is zeroed, so this only matters for checkpointing and
+    modules that really branch on ``training``); the model's previous mode afterwards."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __enter__(self) -> None:
+        self.was_training = self.model.training
+        self.model.train()
+
+    def __exit__(self, *exc_info) -> None:
+        self.model.train(self.was_training)
+
+
+def zero_dropout(model: nn.Module) -> list[str]:
+    """Set every dropout probability of ``model`` to 0 (``nn.Dropout`` modules, attention-dropout attributes,
+    peft's LoRA dropout, config values); returns the names of those that were above 0."""
+    disabled = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
+            disabled.append(name or type(module).__name__)
+            module.p = 0.0
+        for attribute in ("attention_dropout", "dropout", "dropout_p"):
+            value = getattr(module, attribute, None)
+            if isinstance(value, float) and value > 0:
+                disabled.append(f"{name}.{attribute}")
+                setattr(module, attribute, 0.0)
+    config = getattr(model, "config", None)
+    for attribute in ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+                      "dropout", "hidden_dropout_prob", "attention_probs_dropout_prob"):
+        value = getattr(config, attribute, None) if config is not None else None
+        if isinstance(value, float) and value > 0:
+            disabled.append(f"config.{attribute}")
+            setattr(config, attribute, 0.0)
+    return disabled
 
 
 def _response_entropy(logits: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
@@ -710,99 +710,3 @@ def _response_entropy(logits: torch.Tensor, batch: PolicyBatch, first_column: in
     column_entropy = entropy_from_logits(logits)  # (R, C)
     values = response_token_values(column_entropy, batch, first_column)
     return values.masked_fill(~valid_response_tokens(batch), 0.0)
-
-
-def _tag_adapter_config(path: Path, agent: str) -> None:
-    import json
-
-    config = json.loads(path.read_text())
-    config["pettingllms_agent"] = agent
-    path.write_text(json.dumps(config, indent=2, sort_keys=True))
-
-
-_TOKEN_WEIGHTED = ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl", "kl_token_mean", "entropy_token_mean")
-
-
-class _Tally:
-    """Sums of per-micro-batch values, turned into step metrics at the end."""
-
-    def __init__(self) -> None:
-        self.tokens = 0
-        self.weighted: dict[str, float] = defaultdict(float)
-        self.mini_batch_losses: list[float] = []
-        self.kl_loss = 0.0
-        self.entropy_loss = 0.0
-        self.stream_tokens: dict[Any, int] = defaultdict(int)
-        self.stream_kl_sum: dict[Any, float] = defaultdict(float)
-        self.grad_norms: dict[Any, list[float]] = defaultdict(list)
-        self.step_grad_norms: list[float] = []
-
-    def add_micro_batch(self, stream: str | None, parts: ObjectiveParts) -> None:
-        n = parts.num_tokens
-        self.tokens += n
-        for key in _TOKEN_WEIGHTED:
-            self.weighted[key] += getattr(parts, key) * n
-        self.kl_loss += parts.kl_loss
-        self.entropy_loss += parts.entropy_loss
-        self.stream_tokens[stream] += n
-        self.stream_kl_sum[stream] += parts.kl_token_mean * n
-
-    def add_mini_batch(self, stream: str | None, pg_loss: float) -> None:
-        self.mini_batch_losses.append(pg_loss)
-
-    def merge_ranks(self, data_parallel: DataParallel, streams: Sequence[str | None]) -> None:
-        """Turn this rank's sums into sums over every data-parallel rank (a collective; no-op in one process).
-
-        Losses come out of verl multiplied by the number of ranks (it undoes FSDP's gradient averaging), so their
-        sums are divided by it. Gradient norms are already global (FSDP computes them over every shard).
-        """
-        if not data_parallel.is_distributed:
-            return
-        keys = _TOKEN_WEIGHTED  # fixed, not the dict's keys: a rank that ran only padding passes has none
-        flat = [float(self.tokens), self.kl_loss, self.entropy_loss, *self.mini_batch_losses]
-        flat += [self.weighted[k] for k in keys]
-        flat += [float(self.stream_tokens[s]) for s in streams] + [self.stream_kl_sum[s] for s in streams]
-        total = iter(data_parallel.all_reduce_sum(flat))
-        ranks = data_parallel.world_size
-        self.tokens = int(round(next(total)))
-        self.kl_loss = next(total) / ranks
-        self.entropy_loss = next(total) / ranks
-        self.mini_batch_losses = [next(total) / ranks for _ in self.mini_batch_losses]
-        for key in keys:
-            self.weighted[key] = next(total)
-        for stream in streams:
-            self.stream_tokens[stream] = int(round(next(total)))
-        for stream in streams:
-            self.stream_kl_sum[stream] = next(total)
-
-    def add_optimizer_step(self, norms: Mapping[str | None, float]) -> None:
-        """Pre-clip gradient norms of the streams in one optimizer step (disjoint parameters)."""
-        for stream, norm in norms.items():
-            self.grad_norms[stream].append(norm)
-        self.step_grad_norms.append(math.sqrt(sum(n * n for n in norms.values())))
-
-    def stream_kl(self, stream: str | None) -> float:
-        tokens = self.stream_tokens.get(stream, 0)
-        return self.stream_kl_sum[stream] / tokens if tokens else 0.0
-
-    def stream_grad_norm(self, stream: str | None) -> float:
-        norms = self.grad_norms.get(stream, [])
-        return sum(norms) / len(norms) if norms else 0.0
-
-    def summary(self) -> dict[str, float]:
-        def mean_over_tokens(key: str) -> float:
-            return self.weighted[key] / self.tokens if self.tokens else 0.0
-
-        count = len(self.mini_batch_losses)
-        step_norms = self.step_grad_norms
-        return {
-            "pg_loss": sum(self.mini_batch_losses) / count if count else 0.0,
-            "pg_clipfrac": mean_over_tokens("pg_clipfrac"),
-            "pg_clipfrac_lower": mean_over_tokens("pg_clipfrac_lower"),
-            "ppo_kl": mean_over_tokens("ppo_kl"),
-            "kl": mean_over_tokens("kl_token_mean"),
-            "kl_loss": self.kl_loss / count if count else 0.0,
-            "entropy": mean_over_tokens("entropy_token_mean"),
-            "entropy_loss": self.entropy_loss / count if count else 0.0,
-            "grad_norm": sum(step_norms) / len(step_norms) if step_norms else 0.0,
-        }

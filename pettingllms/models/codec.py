@@ -27,6 +27,8 @@ class HFChatCodec:
         replace the derived set entirely.
     pad_token_id: the tokenizer's pad id (its eos id when it has none). Padding is always masked; build
         masks from lengths, never from ``ids != pad_token_id`` (pad may equal an eos id for some models).
+    chat_template_kwargs: extra variables for the chat template, e.g. ``{"enable_thinking": False}`` for Qwen3's
+        non-thinking mode (what the reference sets for every agent); ``base_models.<policy>.chat_template_kwargs``.
     """
 
     def __init__(
@@ -35,6 +37,7 @@ class HFChatCodec:
         *,
         eos_token_ids: Iterable[int] | None = None,
         extra_eos_token_ids: Iterable[int] = (),
+        chat_template_kwargs: Mapping | None = None,
     ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigError(
@@ -50,20 +53,26 @@ class HFChatCodec:
         if pad is None:
             raise ConfigError("the tokenizer has neither a pad nor an eos token")
         self.pad_token_id: int = int(pad)
+        self.chat_template_kwargs: dict = dict(chat_template_kwargs or {})
+        reserved = sorted(set(self.chat_template_kwargs) & {"add_generation_prompt", "tokenize", "conversation"})
+        if reserved:
+            raise ConfigError(f"chat_template_kwargs may not set {reserved}: the codec sets them itself")
 
     @classmethod
-    def from_pretrained(cls, path: Path | str) -> "HFChatCodec":
+    def from_pretrained(cls, path: Path | str, chat_template_kwargs: Mapping | None = None) -> "HFChatCodec":
         """Codec for a model directory/spec; also honours generation_config.json's eos ids."""
         from pettingllms.models.load import load_tokenizer
         from pettingllms.models.resolve import resolve_model
 
         directory = resolve_model(path)
-        return cls(load_tokenizer(directory), extra_eos_token_ids=_generation_config_eos_ids(directory))
+        return cls(load_tokenizer(directory), extra_eos_token_ids=_generation_config_eos_ids(directory),
+                   chat_template_kwargs=chat_template_kwargs)
 
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
         """Prompt ids: chat template applied, generation prompt (assistant header) appended."""
         encoded = self.tokenizer.apply_chat_template(
-            [dict(message) for message in messages], add_generation_prompt=True, tokenize=True
+            [dict(message) for message in messages], add_generation_prompt=True, tokenize=True,
+            **self.chat_template_kwargs,
         )
         # transformers 5 returns a BatchEncoding (a Mapping) here; 4.x returned the id list itself.
         ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded

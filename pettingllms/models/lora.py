@@ -3,7 +3,9 @@
 ``attach_adapters`` wraps the model in a ``peft.PeftModel`` holding one LoRA adapter per name.
 ``use_adapter(model, name)`` routes forwards through one adapter, or through the base weights when the
 name is None (e.g. for a reference policy). The rollout engine (generation) and the learner (training
-each agent's rows through that agent's adapter) both use it.
+each agent's rows through that agent's adapter, ``training_adapter``) both use it. ``adapter_parameters`` finds an
+adapter's weights; ``adapter_tensors`` turns a stream of trained tensors into each adapter's peft files for an
+engine with its own copy (vLLM). This module is the project's one home for LoRA.
 
 Gradient flags (``requires_grad``), measured on peft 0.21.2:
 - ``get_peft_model`` makes its adapter trainable, but ``add_adapter`` leaves each added adapter frozen;
@@ -170,3 +172,72 @@ def _checked_names(names: Sequence[str]) -> list[str]:
                 "and do not include 'lora_' (peft's parameter prefix)"
             )
     return names
+
+
+def adapter_parameters(model: nn.Module, name: str) -> list[tuple[str, nn.Parameter]]:
+    """(qualified name, parameter) of every tensor that belongs to peft adapter ``name``, in model order.
+
+    Found through peft's own per-layer registries (``adapter_layer_names``), plus ``modules_to_save`` copies,
+    so other adapters and the base weights are never included. Raises if the adapter owns no parameter.
+    """
+    import torch
+
+    owned: set[int] = set()
+    for module in model.modules():
+        for attribute in getattr(module, "adapter_layer_names", ()):
+            container = getattr(module, attribute, None)
+            if container is not None and name in container:
+                entry = container[name]
+                if isinstance(entry, torch.Tensor):
+                    owned.add(id(entry))
+                else:
+                    owned.update(id(p) for p in entry.parameters())
+    found = []
+    for qualified, param in model.named_parameters():
+        parts = qualified.split(".")
+        in_saved_copy = any(parts[i] == "modules_to_save" and parts[i + 1] == name for i in range(len(parts) - 1))
+        if id(param) in owned or in_saved_copy:
+            found.append((qualified, param))
+    if not found:
+        raise ConfigError(f"adapter {name!r} has no parameters in the model; attach it before building the learner")
+    return found
+
+
+@contextmanager
+def training_adapter(
+    model: nn.Module, name: str | None, adapters: dict[str, list[nn.Parameter]], trainable: bool
+) -> Iterator[nn.Module]:
+    """Forward (and backward) through adapter ``name`` (None: the base weights), with exactly one adapter's weights
+    requiring grad: ``name``'s when ``trainable``, none otherwise. Every flag is restored on exit.
+
+    adapters: every adapter's parameters (``adapter_parameters``), so that the others can be switched off.
+    """
+    with use_adapter(model, name):
+        for adapter, params in adapters.items():
+            wanted = trainable and adapter == name
+            for param in params:
+                if param.requires_grad != wanted:
+                    param.requires_grad_(wanted)
+        yield model
+
+
+# A peft parameter name carries its adapter: "...q_proj.lora_A.<adapter>.weight". peft's saved adapter files
+# (what engines load) drop it: "...q_proj.lora_A.weight".
+_ADAPTER_IN_NAME = re.compile(r"\.(lora_A|lora_B)\.([^.]+)\.")
+
+
+def adapter_tensors(named_tensors, adapter_names) -> dict[str, dict]:
+    """{adapter: its LoRA tensors under peft's saved-file names}, consuming the whole ``(name, tensor)`` stream.
+
+    Consuming every item matters under FSDP: the stream is a collective that all ranks iterate to the end. Other
+    tensors (the frozen base weights) are dropped as they pass, and adapter tensors are copied to host memory as
+    they arrive, so at most one full tensor is on the GPU at a time.
+    """
+    wanted = set(adapter_names)
+    adapters: dict[str, dict] = {}
+    for name, tensor in named_tensors:
+        match = _ADAPTER_IN_NAME.search(name)
+        if match and match.group(2) in wanted:
+            saved_name = name[: match.start()] + f".{match.group(1)}." + name[match.end():]
+            adapters.setdefault(match.group(2), {})[saved_name] = tensor.detach().to("cpu", copy=True)
+    return adapters

@@ -112,6 +112,7 @@ class _Node:
     prompt_ids: tuple[int, ...]
     messages: list
     candidates: list[_Candidate]
+    temperature: float = 1.0  # what the candidates were sampled with
     chosen: int | None = None
 
 
@@ -254,7 +255,7 @@ class Executor:
             request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter,
                                         prefix_group=episode)
             requests.append((spec.policy, request))
-            nodes.append(_Node(name, prompt_ids, messages, []))
+            nodes.append(_Node(name, prompt_ids, messages, [], temperature=sampling.temperature))
         results = await batcher.generate_many(requests)
         for node, result in zip(nodes, results):
             node.candidates = await self._score(state, node.agent, result.completions, problem, turn)
@@ -324,6 +325,7 @@ class Executor:
                     response_ids=c.completion.token_ids,
                     response_logprobs=c.completion.logprobs,
                     reward=0.0 if c.failed else c.reward,
+                    temperature=node.temperature,
                     team_reward=c.team,
                     local_reward=c.local,
                     adapter=spec.adapter,

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -76,6 +76,8 @@ class HFEngine:
     seed: seeds the engine's private ``torch.Generator`` (the global RNG is never used).
     max_batch_tokens: bound on rows x (longest prompt + largest max_tokens) in one batch; bounds KV memory.
     max_batch_rows: bound on the number of sequences decoded together.
+    autocast_dtype: run every forward under ``torch.autocast`` with this dtype (bfloat16 when the policy computes in
+        bf16 over float32 master weights: the engine then computes exactly as the learner's forward does).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class HFEngine:
         seed: int = 0,
         max_batch_tokens: int = 32768,
         max_batch_rows: int = 64,
+        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         if max_batch_tokens < 1 or max_batch_rows < 1:
             raise ConfigError(
@@ -102,6 +105,7 @@ class HFEngine:
         self.context_window = int(getattr(config, "max_position_embeddings", 0) or 0) or None
         self.generator = torch.Generator(device="cpu")
         self.generator.manual_seed(seed)
+        self.autocast_dtype = autocast_dtype
 
     # ---- RNG state, for exact resumption ----
 
@@ -222,14 +226,17 @@ class HFEngine:
 
     def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
         """One model call; returns float32 logits of the last position, [rows, vocab]."""
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        autocast = (torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype)
+                    if self.autocast_dtype is not None else nullcontext())
+        with autocast:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         return out.logits[:, -1, :].float()
 
     def _decode(self, logits, mask, next_position, cache, params):

@@ -54,5 +54,5 @@ class ScriptedEngine:
             ids = [ord(c) for c in text][: request.sampling.max_tokens]
             finish = FINISH_LENGTH if len(ids) < len(text) else FINISH_STOP
             ids_t = tuple(ids)
-            completions.append(Completion(ids_t, tuple(-1.0 for _ in ids_t), self.codec.decode(ids_t), finish))
+            completions.append(Completion(ids_t, (), self.codec.decode(ids_t), finish))  # a script has no logprobs
         return GenerationResult(request.request_id, tuple(completions))

@@ -18,35 +18,12 @@ engine never holds both the cache and stale weights, and peak memory stays that 
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any, Iterable, Mapping
 
 import torch
 
-# A peft parameter name carries its adapter: "...q_proj.lora_A.<adapter>.weight". peft's saved adapter files
-# (what vLLM loads) drop it: "...q_proj.lora_A.weight".
-_ADAPTER_IN_NAME = re.compile(r"\.(lora_A|lora_B)\.([^.]+)\.")
-
-
-def adapter_tensors(
-    named_tensors: Iterable[tuple[str, torch.Tensor]], adapter_names: Iterable[str]
-) -> dict[str, dict[str, torch.Tensor]]:
-    """{adapter: its LoRA tensors under peft's saved-file names}, consuming the whole stream.
-
-    Consuming every item matters under FSDP: the stream is a collective that all ranks iterate to the end. Other
-    tensors (the frozen base weights) are dropped as they pass, and adapter tensors are copied to host memory as
-    they arrive, so at most one full tensor is on the GPU at a time.
-    """
-    wanted = set(adapter_names)
-    adapters: dict[str, dict[str, torch.Tensor]] = {}
-    for name, tensor in named_tensors:
-        match = _ADAPTER_IN_NAME.search(name)
-        if match and match.group(2) in wanted:
-            saved_name = name[: match.start()] + f".{match.group(1)}." + name[match.end():]
-            adapters.setdefault(match.group(2), {})[saved_name] = tensor.detach().to("cpu", copy=True)
-    return adapters
-
+from pettingllms.models.lora import adapter_tensors
 
 def engine_owns_weights(engine: Any) -> bool:
     """True for an engine with its own copy of the weights (it has ``sync_weights``), such as vLLM."""

@@ -14,14 +14,22 @@ from pettingllms.runtime.spec import WorkerSpec, engine_seed
 VLLM_GPU_MEMORY_FRACTION = 0.5
 
 
-def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int) -> Any:
+def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int, autocast: bool = False) -> Any:
     """Engine ``engine_index`` of the policy: the transformers engine over ``model`` (the learner's own module in a
-    one-process worker, else a full copy kept for the engine), or vLLM with its own copy of the weights."""
+    one-process worker, else a full copy kept for the engine), or vLLM with its own copy of the weights.
+
+    autocast: the transformers engine runs its forwards under bf16 autocast (over the learner's fp32 master weights).
+    """
     seed = engine_seed(spec.seed, engine_index)
     if spec.engine == "hf":
+        import torch
+
         from pettingllms.rollout.hf_engine import HFEngine
 
-        return HFEngine(model, codec, seed=seed, **spec.engine_options)
+        options = dict(spec.engine_options)
+        if autocast:
+            options.setdefault("autocast_dtype", torch.bfloat16)
+        return HFEngine(model, codec, seed=seed, **options)
     if spec.engine == "vllm":
         from pettingllms.models import resolve_model
         from pettingllms.rollout.vllm import VLLMEngine

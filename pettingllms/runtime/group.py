@@ -147,7 +147,7 @@ class PolicyGroup:
 
         spec = self.specs[policy]
         hosts = [self.ranks[policy][rank] for rank in spec.layout.engine_ranks]
-        codec = HFChatCodec.from_pretrained(resolve_model(spec.model_path))
+        codec = HFChatCodec.from_pretrained(resolve_model(spec.model_path), spec.chat_template_kwargs)
 
         async def call(engine: int, requests):
             return await hosts[engine].generate.remote(requests)

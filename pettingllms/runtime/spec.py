@@ -9,7 +9,7 @@ from pettingllms.runtime.layout import WorkerLayout
 
 if TYPE_CHECKING:
     from pettingllms.learner import LearnerConfig
-    from pettingllms.learner.fsdp import FSDPOptions
+    from pettingllms.learner.sharding import FSDPOptions
     from pettingllms.models import LoraSpec
 
 
@@ -20,7 +20,8 @@ class WorkerSpec:
     layout: ranks, GPUs, engines (``runtime/layout.py``). ``fsdp``: sharding options, used when
     ``layout.sharded``. ``adapters``: L2 has one LoRA adapter per agent (L1/L3 with LoRA: one shared adapter);
     ``frozen``: agents (and their adapters) that never train. ``seed``: the learner's seed; engine ``e`` of the
-    group samples with ``engine_seed(seed, e)``.
+    group samples with ``engine_seed(seed, e)``. ``dtype``: the compute dtype (and the engines' weights);
+    ``master_weights``: the dtype the learner keeps its weights and optimiser state in (docs/training.md).
     """
 
     policy: str
@@ -36,6 +37,8 @@ class WorkerSpec:
     num_threads: int = 0  # torch threads per rank; 0: leave torch's default
     engine_options: dict[str, Any] = field(default_factory=dict)
     fsdp: "FSDPOptions | None" = None
+    master_weights: str = "float32"  # the learner's weights and AdamW state; "bfloat16" only when asked for
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @property
     def engine(self) -> str:
@@ -47,6 +50,11 @@ class WorkerSpec:
         frozen = f", frozen {list(self.frozen)}" if self.frozen else ""
         trains = "" if self.trainable else ", not trained"
         return f"{self.policy}: {self.layout.describe()}; {self.dtype}{adapters}{frozen}{trains}; model {self.model_path}"
+
+    @property
+    def learner_weights_dtype(self) -> str:
+        """float32 master weights, unless the policy computes in bf16 and asked for bf16 weights too."""
+        return "bfloat16" if self.dtype == "bfloat16" and self.master_weights == "bfloat16" else "float32"
 
     @property
     def lora_names(self) -> tuple[str, ...]:

@@ -122,18 +122,26 @@ class PolicyWorker:
 
     def _build_learner(self, device) -> None:
         from pettingllms.learner import PolicyLearner
-        from pettingllms.learner.fsdp import SINGLE_PROCESS, DataParallel, shard_model
-        from pettingllms.models import load_model, resolve_model, use_adapter
+        from pettingllms.learner.data_parallel import SINGLE_PROCESS, DataParallel
+        from pettingllms.learner.sharding import shard_model
+        from pettingllms.models import load_model, resolve_model
+        from pettingllms.models.load import parse_dtype
 
         spec = self.spec
         path = resolve_model(spec.model_path)
-        model = load_model(path, spec.dtype, spec.lora, spec.lora_names)
+        weights = spec.learner_weights_dtype
+        if weights == "bfloat16" and spec.trainable:
+            log.warning("policy %s keeps its weights and AdamW state in bfloat16 (master_weights=bfloat16): updates "
+                        "smaller than bf16's spacing are lost (about 1%% of weights move per step at lr 5e-6)",
+                        spec.policy)
+        model = load_model(path, weights, spec.lora, spec.lora_names)
         reference = None
         if self.layout.sharded:
+            compute = parse_dtype(spec.dtype) if weights == "float32" else parse_dtype(weights)
             if spec.trainable and spec.learner.kl.enabled and not spec.lora_names:
                 # The learner's default reference is a deep copy; under FSDP it is sharded like the policy.
-                reference = shard_model(load_model(path, spec.dtype), spec.fsdp, device)
-            shard_model(model, spec.fsdp, device)
+                reference = shard_model(load_model(path, weights), spec.fsdp, device, compute)
+            shard_model(model, spec.fsdp, device, compute)
         else:
             model = model.to(device)
         self._model = model
@@ -143,7 +151,6 @@ class PolicyWorker:
                 spec.learner,
                 adapter_names=spec.lora_names,
                 ref_model=reference,
-                adapter_context=use_adapter,
                 frozen=spec.frozen,
                 policy=spec.policy,
                 pad_token_id=self.codec.pad_token_id,
@@ -167,7 +174,9 @@ class PolicyWorker:
                 else:
                     engine_model = self._model  # the learner's own module: updates are visible at once
             index = self.layout.engine_ranks.index(self.rank)
-            self.engine = make_engine(spec, engine_model, self.codec, index)
+            # The learner's own fp32 module computing in bf16: the engine autocasts exactly as the learner does.
+            autocast = engine_model is self._model and spec.dtype == "bfloat16" and spec.learner_weights_dtype == "float32"
+            self.engine = make_engine(spec, engine_model, self.codec, index, autocast=autocast)
         self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names))
 
     @property
@@ -180,7 +189,8 @@ class PolicyWorker:
         if self._codec is None:
             from pettingllms.models import HFChatCodec, resolve_model
 
-            self._codec = HFChatCodec.from_pretrained(resolve_model(self.spec.model_path))
+            self._codec = HFChatCodec.from_pretrained(resolve_model(self.spec.model_path),
+                                                      self.spec.chat_template_kwargs)
         return self._codec
 
     def ready(self) -> str:
@@ -210,7 +220,7 @@ class PolicyWorker:
         """The policy's full (unsharded) weights, one ``(name, tensor)`` at a time. Under FSDP a collective: every
         rank iterates it to the end together. ``trained_only``: the tensors an update changes (all of a full
         model; the unfrozen adapters under LoRA)."""
-        from pettingllms.learner.fsdp import full_weights, trained_parameter_names
+        from pettingllms.learner.weights import full_weights, trained_parameter_names
 
         frozen = self.spec.frozen if trained_only else ()
         names = trained_parameter_names(self._model, self.spec.lora_names, frozen)
@@ -221,7 +231,7 @@ class PolicyWorker:
             return  # the engine generates with the learner's own module: nothing to move
         stream = self.full_weights(trained_only)
         if self._engine_model is not None:
-            from pettingllms.learner.fsdp import load_weights_into
+            from pettingllms.learner.weights import load_weights_into
 
             load_weights_into(self._engine_model, stream)
         else:  # vLLM (tensors or adapters from memory); ranks without an engine join the all-gathers only
@@ -248,7 +258,7 @@ class PolicyWorker:
         by rank 0. A collective for sharded groups (the full tensors are gathered on every rank)."""
         if self.learner is None:
             return []
-        from pettingllms.learner.learner import export_hf_model
+        from pettingllms.learner.state import export_hf_model
         from pettingllms.models import load_model, resolve_model
 
         model = self._model
@@ -260,7 +270,7 @@ class PolicyWorker:
                 return []
             spec = self.spec
             model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora, spec.lora_names)
-            from pettingllms.learner.fsdp import load_weights_into
+            from pettingllms.learner.weights import load_weights_into
 
             load_weights_into(model, stream)
         return save_tokenizer_beside(export_hf_model(model, self.spec.lora_names, directory), self.codec)

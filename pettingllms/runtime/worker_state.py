@@ -49,7 +49,7 @@ def save_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     """Write one rank's part of a policy's state into ``folder`` (a collective when the learner is sharded)."""
     import torch
 
-    from pettingllms.learner.fsdp import save_sharded
+    from pettingllms.learner.state import save_sharded
 
     folder.mkdir(parents=True, exist_ok=True)
     with _quiet_single_process():
@@ -82,7 +82,7 @@ def load_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     (None when the saving run had no engine on this rank, e.g. it had fewer engines)."""
     import torch
 
-    from pettingllms.learner.fsdp import load_sharded
+    from pettingllms.learner.state import load_sharded
 
     meta = read_meta(folder, policy)
     if learner is not None:
@@ -109,7 +109,7 @@ def load_trained_weights(model: "torch.nn.Module", folder: Path, policy: str,
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-    from pettingllms.learner.fsdp import trained_parameter_names
+    from pettingllms.learner.weights import trained_parameter_names
 
     meta = read_meta(folder, policy)
     if meta["learner"] is None:

@@ -15,7 +15,7 @@ from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
 from pettingllms.core.registry import get_env_class
 from pettingllms.learner import KLConfig, LearnerConfig
-from pettingllms.learner.fsdp import FSDPOptions
+from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
 from pettingllms.rollout.executor import AgentSpec
 from pettingllms.rollout.executor import RolloutConfig as ExecutorConfig
@@ -119,15 +119,17 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
         fsdp_enabled=model.fsdp.enabled,
     )
     fsdp_cfg = model.fsdp
-    options = FSDPOptions(fsdp_cfg.mixed_precision, fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
+    options = FSDPOptions(fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
     if not layout.sharded and options != FSDPOptions():
         raise ConfigError(f"{where}.fsdp options need an FSDP worker group: set num_ranks > 1 or fsdp.enabled=true")
     if layout.sharded and not cfg.resources.use_ray:
         raise ConfigError(f"{where}: FSDP worker groups run as Ray actors; set resources.use_ray=true")
     if options.cpu_offload and not layout.uses_gpus:
         raise ConfigError(f"{where}.fsdp.cpu_offload needs GPU ranks; on CPU there is nothing to offload")
-    if options.mixed_precision and model.dtype != "float32":
-        raise ConfigError(f"{where}.fsdp.mixed_precision keeps float32 master weights: set {where}.dtype=float32")
+    if model.master_weights not in ("float32", "bfloat16"):
+        raise ConfigError(f"{where}.master_weights must be float32 or bfloat16, got {model.master_weights!r}")
+    if model.master_weights == "bfloat16" and model.dtype != "bfloat16":
+        raise ConfigError(f"{where}.master_weights=bfloat16 needs {where}.dtype=bfloat16 (bf16 compute)")
     return layout
 
 
@@ -152,8 +154,9 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout, threads:
         seed=cfg.training.seed,
         num_threads=threads,
         engine_options=dict(model.engine_options),
-        fsdp=FSDPOptions(fsdp_cfg.mixed_precision, fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
-        if layout.sharded else None,
+        fsdp=FSDPOptions(fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward) if layout.sharded else None,
+        master_weights=model.master_weights,
+        chat_template_kwargs=dict(model.chat_template_kwargs),
     )
 
 
@@ -181,6 +184,8 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
                         horizon=kl.kl_horizon),
             dtype=dtype,
             gradient_checkpointing=o.gradient_checkpointing,
+            max_rollout_kl=a.rollout_check.max_kl,
+            tis_cap=a.tis_cap,
         )
     except ValueError as exc:
         raise ConfigError(f"optimisation settings: {exc}") from exc

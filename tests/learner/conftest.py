@@ -68,6 +68,8 @@ def sample(
     failed: bool = False,
     policy: str = "policy_0",
     index: int = 0,
+    logprobs: Sequence[float] | None = None,
+    temperature: float = 1.0,
 ):
     from pettingllms.core.types import Sample
 
@@ -81,7 +83,9 @@ def sample(
         branch=index % 4,
         prompt_ids=tuple(prompt),
         response_ids=tuple(response),
-        response_logprobs=tuple(-1.0 for _ in response),
+        # The engine's logprobs; none by default (no engine here: the rollout check has nothing to compare).
+        response_logprobs=tuple(logprobs) if logprobs is not None else (),
+        temperature=temperature,
         reward=0.0,
         adapter=adapter,
         failed=failed,

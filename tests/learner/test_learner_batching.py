@@ -11,9 +11,9 @@ from pettingllms.learner.batching import (
 
 
 def test_build_batch_packs_shared_prompts_and_masks_only_response_tokens(make_sample):
-    a = make_sample([5, 6, 7], [8, 9], index=0)
-    b = make_sample([5, 6, 7], [3, 4, 10], index=1)  # same prompt as a: packed into a's row
-    failed = make_sample([4, 4], [12], failed=True, index=2)
+    a = make_sample([5, 6, 7], [8, 9], index=0, logprobs=[-1.0] * 2)
+    b = make_sample([5, 6, 7], [3, 4, 10], index=1, logprobs=[-1.0] * 3)  # same prompt as a: packed into a's row
+    failed = make_sample([4, 4], [12], failed=True, index=2, logprobs=[-1.0])
     batch = build_batch([a, b, failed], [0.5, -2.0, 7.0], pad_token_id=0)
 
     assert batch.num_rows == 2 and batch.num_samples == 3

@@ -6,7 +6,8 @@ The public reference trained a single adapter for all agents; here that is impos
 import pytest
 import torch
 
-from pettingllms.learner import KLConfig, LearnerConfig, PolicyLearner, adapter_parameters
+from pettingllms.learner import KLConfig, LearnerConfig, PolicyLearner
+from pettingllms.models.lora import adapter_parameters
 
 CONFIG = dict(total_steps=5, lr=1e-3)
 
@@ -106,19 +107,3 @@ def test_compute_logprobs_routes_through_each_adapter(make_lora_model, make_samp
         learner.update([a], [1.0])
     after_a, after_b = learner.compute_logprobs([a, b])
     assert sum(after_a) > sum(after_b)  # only alice learned to prefer this response
-
-
-def test_models_use_adapter_is_a_drop_in_adapter_context(make_lora_model, make_samples):
-    lora = pytest.importorskip("pettingllms.models.lora")
-    both = _agent_samples(make_samples, "alice", 3, 9) + _agent_samples(make_samples, "bob", 3, 10, start=3)
-    advantages = [1.0, -1.0, 0.5, 0.7, -0.2, -1.0]
-    snapshots = []
-    for context in (None, lora.use_adapter):
-        model = make_lora_model(0)
-        config = LearnerConfig(**CONFIG, kl=KLConfig(coef=0.1))  # the KL reference routes through name=None
-        learner = PolicyLearner(model, config, adapter_names=["alice", "bob"], adapter_context=context)
-        learner.update(both, advantages)
-        learner.update(both[:3], advantages[:3])
-        snapshots.append({**_snapshot(model, "alice"), **_snapshot(model, "bob")})
-    for name, value in snapshots[0].items():
-        assert torch.equal(value, snapshots[1][name]), name

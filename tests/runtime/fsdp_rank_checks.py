@@ -13,14 +13,10 @@ import torch
 
 from pettingllms.core.types import Sample
 from pettingllms.learner import LearnerConfig, PolicyLearner
-from pettingllms.learner.fsdp import (
-    SINGLE_PROCESS,
-    DataParallel,
-    FSDPOptions,
-    full_weights,
-    save_sharded,
-    shard_model,
-)
+from pettingllms.learner.data_parallel import SINGLE_PROCESS, DataParallel
+from pettingllms.learner.sharding import FSDPOptions, shard_model
+from pettingllms.learner.state import save_sharded
+from pettingllms.learner.weights import full_weights
 
 VOCAB = 256
 ADAPTERS = ("alice", "bob")
@@ -93,11 +89,32 @@ def make_samples(seed: int, lora: bool, groups: int = 3, k: int = 3) -> tuple[li
             samples.append(Sample(
                 policy="policy_0", agent=agent, turn=0, group=(g, 0, agent), episode=f"ep{g}", problem_id=f"p{g}",
                 branch=branch, prompt_ids=prompt, response_ids=response,
-                response_logprobs=tuple(-1.0 for _ in response), reward=float(branch),
+                response_logprobs=(), reward=float(branch),
                 adapter=agent if lora else None,
             ))
             advantages.append(float(torch.randn(1, generator=generator)))
     return samples, advantages
+
+
+def vocabulary_samples(groups: int = 4, k: int = 4) -> tuple[list[Sample], list[float]]:
+    """GRPO-like samples whose prompts hold every token id, so every embedding row gets a gradient."""
+    generator = torch.Generator().manual_seed(7)
+    samples, advantages = [], []
+    for g in range(groups):
+        prompt = tuple(int(i) for i in torch.randperm(VOCAB - 1, generator=generator)[:96] + 1)
+        for b in range(k):
+            response = tuple(int(i) for i in torch.randint(1, VOCAB, (6,), generator=generator))
+            samples.append(Sample(policy="p", agent="alice", turn=0, group=(g, 0, "alice"), episode=f"e{g}",
+                                  problem_id=f"p{g}", branch=b, prompt_ids=prompt, response_ids=response,
+                                  response_logprobs=(), reward=float(b % 2)))
+            advantages.append(1.0 if b % 2 else -1.0)
+    return samples, advantages
+
+
+def changed_fraction(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
+    """The fraction of all weight entries that an update changed."""
+    changed = sum(int((before[n] != after[n]).sum()) for n in before)
+    return changed / sum(t.numel() for t in before.values())
 
 
 def build_learner(case: Case, model: torch.nn.Module, data_parallel: DataParallel = SINGLE_PROCESS) -> PolicyLearner:
@@ -130,11 +147,18 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
             meta = save_sharded(learner, folder / "dcp")
             if rank == 0:
                 torch.save({"metrics": metrics, "weights": weights, "meta": meta}, folder / "after_step_1.pt")
-        mixed = shard_model(tiny_model(False), FSDPOptions(mixed_precision=True), torch.device("cpu"))
-        learner = build_learner(CASES[0], mixed, data_parallel)
-        metrics = learner.update(*make_samples(1, False))
+        # dtype=bfloat16: bf16 compute (MixedPrecisionPolicy) over fp32 sharded master weights; one step at lr 1e-6.
+        mixed = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"), compute_dtype=torch.bfloat16)
+        before = {name: tensor.clone() for name, tensor in full_weights(mixed)}
+        learner = PolicyLearner(mixed, LearnerConfig(total_steps=1, lr=1e-6, dtype="bfloat16"),
+                                data_parallel=data_parallel)
+        metrics = learner.update(*vocabulary_samples())
+        after = {name: tensor.clone() for name, tensor in full_weights(mixed)}
         if rank == 0:
             dtypes = sorted({str(p.dtype) for p in mixed.parameters()})
-            torch.save({"metrics": metrics, "dtypes": dtypes}, Path(workdir) / "mixed_precision.pt")
+            state_dtypes = sorted({str(v.dtype) for s in learner.optimizer.state.values() for v in s.values()
+                                   if torch.is_tensor(v) and v.is_floating_point() and v.dim() > 0})
+            torch.save({"metrics": metrics, "dtypes": dtypes, "state_dtypes": state_dtypes,
+                        "changed": changed_fraction(before, after)}, Path(workdir) / "mixed_precision.pt")
     finally:
         dist.destroy_process_group()

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pettingllms.learner.fsdp import full_weights, trained_parameter_names
+from pettingllms.learner.weights import full_weights, trained_parameter_names
 from pettingllms.models import LoraSpec, load_model
-from pettingllms.runtime.engine_sync import EngineSync, adapter_tensors, peft_adapter_configs
+from pettingllms.models.lora import adapter_tensors
+from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
 
 
 class RecordingEngine:

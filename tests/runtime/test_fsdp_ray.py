@@ -98,7 +98,7 @@ def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path):
 
 def test_ray_start_up_refuses_an_impossible_layout_before_starting_any_actor(shared_ray):
     from pettingllms.learner import LearnerConfig
-    from pettingllms.learner.fsdp import FSDPOptions
+    from pettingllms.learner.sharding import FSDPOptions
     from pettingllms.runtime.group import PolicyGroup
     from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.placement import PlacementError

@@ -105,7 +105,8 @@ def plan_of(*overrides):
     "overrides, message",
     [
         (["base_models.policy_0.num_ranks=2", "resources.use_ray=false"], "FSDP worker groups run as Ray actors"),
-        (["base_models.policy_0.fsdp.mixed_precision=true"], "need an FSDP worker group"),
+        (["base_models.policy_0.fsdp.reshard_after_forward=false"], "need an FSDP worker group"),
+        (["base_models.policy_0.master_weights=bfloat16"], "needs base_models.policy_0.dtype=bfloat16"),
         (["base_models.policy_0.fsdp.enabled=true", "base_models.policy_0.fsdp.cpu_offload=true"],
          "cpu_offload needs GPU ranks"),
         (["resources.gpus_per_policy=4", "base_models.policy_0.tensor_parallel=3"], "must divide the policy's 4 GPUs"),

@@ -78,3 +78,18 @@ def test_l3_agents_learn_opposite_targets_with_their_own_models(tmp_path):
     bob = reward_curve(run, "policy_bob/bob/local_reward_mean")
     assert rises(alice, 0.1), alice
     assert rises(bob, 0.1), bob
+
+
+def test_bf16_compute_learns_like_fp32(tmp_path):
+    """dtype=bfloat16 (bf16 autocast over fp32 master weights, the engine autocasting alike) raises the reward as
+    float32 does; the rollout check stays quiet, so engine and learner agree in bf16 too."""
+    level = ["specialization=L0", "env.agents=[alice]"]
+    fp32 = reward_curve(train(tmp_path / "fp32", *level), "policy_0/alice/local_reward_mean")
+    run = train(tmp_path / "bf16", *level, "base_models.policy_0.dtype=bfloat16")
+    bf16 = reward_curve(run, "policy_0/alice/local_reward_mean")
+    assert rises(fp32, 0.15), fp32
+    assert rises(bf16, 0.15), bf16
+    gain = lambda c: sum(c[-5:]) / 5 - sum(c[:5]) / 5  # noqa: E731
+    assert gain(bf16) > 0.5 * gain(fp32), (fp32, bf16)
+    kl = [json.loads(line).get("policy_0/actor/rollout/kl_k3") for line in (run / "summary.log").read_text().splitlines()]
+    assert all(k is not None and k < 0.05 for k in kl if k is not None) and any(k is not None for k in kl)

@@ -15,7 +15,7 @@ import torch
 
 from pettingllms.core.types import GenerationRequest, SamplingParams
 from pettingllms.learner import LearnerConfig
-from pettingllms.learner.fsdp import FSDPOptions
+from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
 from pettingllms.runtime.layout import resolve_layout
 from pettingllms.runtime.spec import WorkerSpec

@@ -151,6 +151,11 @@ def test_training_entry_point_runs_l2_with_the_vllm_engine(tiny_dir, tmp_path):
     steps = [r for r in rows if r.get("step", 0) >= 1 and "timing/sync_s" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["timing/sync_s"] > 0.0 for r in steps)  # the vLLM engine received the adapters each step
+    # The rollout check ran on vLLM's logprobs against the learner's, per adapter, and stayed under its threshold.
+    for row in steps:
+        for agent in ("alice", "bob"):
+            assert row[f"policy_0/actor/adapter/{agent}/rollout/kl_k3"] < 0.05, row
+        assert row["policy_0/actor/rollout/tokens"] > 0
 
 
 def test_a_resumed_worker_gives_vllm_the_restored_weights(tiny_dir, tmp_path):

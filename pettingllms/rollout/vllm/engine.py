@@ -200,6 +200,7 @@ class VLLMEngine:
         model_config = self.llm.llm_engine.model_config
         self.context_window = int(model_config.max_model_len)
         self.vocab_size = int(model_config.get_vocab_size())
+        self.weight_dtype = getattr(model_config, "dtype", None)  # synced tensors are cast to it before transfer
         self.last_sync_seconds: float | None = None
         # Names and shapes of the served checkpoint: a sync is checked against them before anything is sent.
         self._checkpoint = checkpoint_shapes(self.model_dir)
@@ -282,7 +283,7 @@ class VLLMEngine:
             check_weight_names(list(weights))
             if self._checkpoint is not None:
                 check_against_checkpoint({name: tuple(t.shape) for name, t in weights.items()}, *self._checkpoint)
-            path = write_shared_weights(weights)
+            path = write_shared_weights(weights, self.weight_dtype)
             try:
                 self.llm.collective_rpc(VLLMWorkerWeightLoader.load_weights_file.__name__, args=(str(path),))
             except Exception as exc:

@@ -77,11 +77,12 @@ def shared_memory_dir() -> Path:
     logger.warning("/dev/shm is not available: weight syncs go through %s, which may be a disk", fallback)
     return fallback
 
-def write_shared_weights(weights: Mapping[str, Any]) -> Path:
+def write_shared_weights(weights: Mapping[str, Any], dtype: Any = None) -> Path:
     """Write tensors to one safetensors file in shared memory and return its path (the caller deletes it).
 
     Each tensor is copied to CPU on its own storage: safetensors refuses tensors that share one (a tied
-    embed_tokens/lm_head pair is written under both names).
+    embed_tokens/lm_head pair is written under both names). ``dtype``: floating tensors are cast to it on the way
+    (the engine's own dtype: fp32 master weights travel as the engine's bf16 copy, half the bytes).
     """
     from safetensors.torch import save_file
 
@@ -91,7 +92,7 @@ def write_shared_weights(weights: Mapping[str, Any]) -> Path:
     os.close(handle)
     path = Path(name)
     try:
-        save_file({key: tensor.detach().to("cpu", copy=True).contiguous() for key, tensor in weights.items()}, name)
+        save_file({key: _host_copy(tensor, dtype) for key, tensor in weights.items()}, name)
     except Exception as exc:
         path.unlink(missing_ok=True)
         raise ConfigError(
@@ -155,3 +156,8 @@ def check_weight_names(names: list[str]) -> None:
 
 def weight_pairs(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]]:
     return named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+
+
+def _host_copy(tensor: Any, dtype: Any) -> Any:
+    cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+    return tensor.detach().to("cpu", dtype=cast, copy=True).contiguous()

@@ -1,0 +1,79 @@
+"""Sliding-window attention in the learner: packed rows with the learner's own masks give the logprobs of a plain
+transformers forward, on a Mistral-style model (every layer windowed, one mask) and a Qwen2-style model (one full
+and one windowed layer, a mask per layer type). Without the window in the mask they differ."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pettingllms.core.errors import ConfigError
+from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner.masks import AttentionLayout
+from pettingllms.models.attention import register_attention
+
+VOCAB, WINDOW = 128, 4
+
+
+def mistral():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=WINDOW, pad_token_id=0)
+    config._attn_implementation = register_attention()
+    return MistralForCausalLM(config)
+
+
+def qwen2_mixed():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True, sliding_window=WINDOW,
+                         max_window_layers=1, pad_token_id=0)
+    config._attn_implementation = register_attention()
+    return Qwen2ForCausalLM(config)
+
+
+def reference(model, sample) -> torch.Tensor:
+    """Plain forward of prompt + response: the model builds its own (windowed) masks."""
+    ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    start = len(sample.prompt_ids) - 1
+    picked = logits[start:start + len(sample.response_ids)]
+    return torch.log_softmax(picked, dim=-1).gather(1, torch.tensor(sample.response_ids)[:, None]).squeeze(1)
+
+
+def samples(make_sample):
+    prompt = list(range(10, 22))  # longer than the window, so the window matters
+    return [make_sample(prompt, [30, 31, 32, 33, 34, 35], index=0),
+            make_sample(prompt, [40, 41, 42, 43, 44], index=1),  # packed into the same row
+            make_sample([7, 8, 9], [50, 51, 52, 53, 54, 55, 56], index=2)]
+
+
+@pytest.mark.parametrize("build, per_layer", [(mistral, False), (qwen2_mixed, True)], ids=["mistral", "qwen2-mixed"])
+def test_learner_logprobs_equal_a_plain_forward_with_the_window(build, per_layer, make_sample):
+    model = build()
+    learner = PolicyLearner(model, LearnerConfig(total_steps=1))
+    assert learner._attention == AttentionLayout(window=WINDOW, per_layer_type=per_layer)
+    batch = samples(make_sample)
+    got = learner.compute_logprobs(batch)
+    for sample, values in zip(batch, got):
+        assert torch.allclose(torch.tensor(values), reference(model, sample), atol=1e-5)
+    learner._attention = AttentionLayout()  # the old behaviour: the packed mask without the window
+    unwindowed = learner.compute_logprobs(batch)
+    assert max(abs(a - b) for a, b in zip(unwindowed[0], reference(model, batch[0]).tolist())) > 1e-3
+
+
+def test_models_without_a_window_pass_their_mask_unchanged(make_model):
+    assert AttentionLayout.of(make_model(0)) == AttentionLayout()
+
+
+def test_mixed_windows_without_per_layer_masks_are_refused(monkeypatch):
+    from pettingllms.learner import masks
+
+    monkeypatch.setattr(masks, "_takes_per_layer_masks", lambda base: False)
+    with pytest.raises(ConfigError, match="mixes sliding-window and full-attention layers"):
+        AttentionLayout.of(qwen2_mixed())
