@@ -54,7 +54,22 @@ def grpo_advantages(
         raise ValueError(f"expected three (N,) tensors, got {rewards.shape}, {group_ids.shape}, {valid.shape}")
     if rewards.numel() == 0:
         return rewards.clone()
-    stats = group_stats(rewards, group_ids, valid)
+    return advantages_from_stats(rewards, group_ids, valid, group_stats(rewards, group_ids, valid), norm_by_std, eps)
+
+
+def advantages_from_stats(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    valid: torch.Tensor,
+    stats: GroupStats,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """``grpo_advantages`` with the groups' statistics given (e.g. taken over one row per episode).
+
+    Shapes: rewards, group_ids, valid (N,); stats over G groups -> advantages (N,), 0 where invalid or where the group
+    has fewer than two counted rows or zero variance.
+    """
     centred = rewards - stats.mean[group_ids]
     std = stats.std[group_ids]
     # A zero-variance group is set to 0 explicitly rather than relying on eps (eps=0 would give 0/0).

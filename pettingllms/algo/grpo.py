@@ -7,7 +7,7 @@ from typing import Sequence
 
 import torch
 
-from pettingllms.algo.advantage import group_stats, grpo_advantages
+from pettingllms.algo.advantage import advantages_from_stats, group_stats
 from pettingllms.algo.filters import keep_groups
 from pettingllms.algo.grouping import group_index
 from pettingllms.core.types import Sample
@@ -19,6 +19,13 @@ class AdvantageConfig:
     eps: float = 1e-6
     filter: str = "none"  # none | dapo | std | mean
     filter_ratio: float = 0.0
+    # "sample": every valid sample counts in its group's mean and std (tree and independent modes); "episode": one
+    # value per (group, episode), the episode's return (trajectory mode: an agent's turns share one return).
+    unit: str = "sample"
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("sample", "episode"):
+            raise ValueError(f"unit must be 'sample' or 'episode', got {self.unit!r}")
 
 
 @dataclass
@@ -35,10 +42,12 @@ def score_samples(samples: Sequence[Sample], config: AdvantageConfig) -> ScoredS
     group_ids = torch.from_numpy(group_index([s.group for s in samples]))
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
     valid = torch.tensor([not s.failed for s in samples])
-    stats = group_stats(rewards, group_ids, valid)
+    counted = valid & _first_of_each_episode(samples) if config.unit == "episode" else valid
+    stats = group_stats(rewards, group_ids, counted)
     kept_groups = keep_groups(stats, config.filter, config.filter_ratio)
     in_loss = valid & kept_groups[group_ids] & (stats.count[group_ids] > 1)
-    advantages = grpo_advantages(rewards, group_ids, in_loss, config.norm_by_std, config.eps)
+    stats = group_stats(rewards, group_ids, counted & in_loss)  # filtered groups leave no trace in any statistic
+    advantages = advantages_from_stats(rewards, group_ids, in_loss, stats, config.norm_by_std, config.eps)
     present = stats.count > 0
     metrics = {
         "groups": float(present.sum()),
@@ -50,3 +59,15 @@ def score_samples(samples: Sequence[Sample], config: AdvantageConfig) -> ScoredS
         "advantage_abs_mean": float(advantages[in_loss].abs().mean()) if in_loss.any() else 0.0,
     }
     return ScoredSamples(advantages.tolist(), in_loss.tolist(), metrics)
+
+
+def _first_of_each_episode(samples: Sequence[Sample]) -> torch.Tensor:
+    """(N,) bool: True on the first valid sample of each (group, episode); an episode's return counts once."""
+    seen: set = set()
+    first = []
+    for sample in samples:
+        key = (sample.group, sample.episode)
+        first.append(not sample.failed and key not in seen)
+        if not sample.failed:
+            seen.add(key)
+    return torch.tensor(first, dtype=torch.bool)

@@ -80,7 +80,7 @@ class EnvConfig:
 
 @dataclass
 class RolloutConfig:
-    mode: str = "tree"  # tree | independent
+    mode: str = "tree"  # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
     branching: int = 4  # K: candidates per (turn, agent) node, or episodes per problem when independent
     select: str = "greedy"  # greedy | sample | first
     val_samples: int = 1  # independent episodes per validation problem

@@ -16,7 +16,10 @@ Tree mode, for problem p with branching factor K (DESIGN.md, "The algorithm, exa
 
 Selection happens only after every agent of the stage is scored on its own candidates, so no agent is ever
 scored on copies of another's choice. Independent mode runs K separate episodes with n=1 and groups them by
-(p, t, a) too. Validation always uses independent mode.
+(p, t, a) too. Trajectory mode (the multi-turn GRPO of verl and other peers, a baseline) runs K separate episodes
+and forms one group per (p, a) over all of them: every sample of agent a in episode e is scored with the episode's
+return R_a(e) = alpha * team_reward(final state) + sum of a's local rewards in e, and the group's statistics
+count each episode once. Validation always uses independent mode.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from pettingllms.core.types import (
 from pettingllms.rollout.batcher import RequestBatcher
 from pettingllms.rollout.policy_client import PolicyClient
 
-MODES = ("tree", "independent")
+MODES = ("tree", "independent", "trajectory")
+WHOLE_EPISODE = -1  # the turn of a trajectory-mode group key: (problem slot, WHOLE_EPISODE, agent)
 SELECTIONS = ("greedy", "sample", "first")
 
 
@@ -170,6 +174,10 @@ class Executor:
             coros = [self._episode(batcher, slot, p, s, f"p{slot}e{e}", 1, validation)
                      for slot, (p, s) in enumerate(zip(problems, seeds)) for e in range(k)]
         outputs = await batcher.run(coros)
+        if mode == "trajectory":
+            slots = [slot for slot in range(len(problems)) for _ in range(k)]
+            for slot, output in zip(slots, outputs):
+                self._score_by_return(output, slot)
         timings = {
             "rollout_s": time.perf_counter() - start,
             "generate_s": batcher.stats.generate_s,
@@ -182,6 +190,18 @@ class Executor:
             episodes=[o.record for o in outputs],
             timings=timings,
         )
+
+    def _score_by_return(self, output: "_EpisodeOutput", slot: int) -> None:
+        """Trajectory mode: each agent's samples of the episode get its return and the group (slot, episode, agent)."""
+        team = self.config.alpha * output.record.team_reward
+        local: dict[str, float] = {}
+        for sample in output.samples:
+            if not sample.failed:
+                local[sample.agent] = local.get(sample.agent, 0.0) + sample.local_reward
+        for sample in output.samples:
+            sample.group = (slot, WHOLE_EPISODE, sample.agent)
+            if not sample.failed:
+                sample.reward = team + local[sample.agent]
 
     # ----------------------------------------------------------------------------------------------- episode
     async def _episode(

@@ -74,6 +74,7 @@ def plan(cfg: Config) -> RunPlan:
         norm_by_std=cfg.algorithm.norm_adv_by_std,
         filter=cfg.algorithm.filter,
         filter_ratio=cfg.algorithm.filter_ratio,
+        unit="episode" if cfg.rollout.mode == "trajectory" else "sample",  # trajectory: an episode's return counts once
     )
     if advantage_config.filter not in ("none", "dapo", "std", "mean"):
         raise ConfigError(f"algorithm.filter must be none|dapo|std|mean, got {advantage_config.filter!r}")
