@@ -93,6 +93,7 @@ class Trainer:
                         self.save_checkpoint(step)
             if self.step_done == cfg.total_training_steps:
                 self._finish()
+            self._report_validation()
         finally:
             self.close()
         return results
@@ -122,6 +123,7 @@ class Trainer:
         metrics.update(sample_metrics(rollout.samples))
         metrics.update(episode_metrics(rollout.episodes))
         metrics.update(prefixed("timing", rollout.timings))
+        metrics["rollout/generated_tokens"] = float(sum(len(s.response_ids) for s in rollout.samples))
         metrics["timing/update_s"] = max((u.get("timing/update_s", 0.0) for u in updates.values()), default=0.0)
         metrics["timing/sync_s"] = max((u.get("timing/sync_s", 0.0) for u in updates.values()), default=0.0)
         metrics["timing/step_s"] = time.perf_counter() - start
@@ -204,6 +206,24 @@ class Trainer:
             from pettingllms.trainer.plots import plot_run
 
             plot_run(self.run_dir)
+
+    def _report_validation(self) -> None:
+        """Print each benchmark's held-out success before training and at the latest validation."""
+        from pettingllms.trainer.plots import read_summary
+
+        try:
+            rows = read_summary(self.run_dir)
+        except Exception:  # noqa: BLE001 - a run that logged nothing has nothing to report
+            return
+        for name, problems in self.benchmarks.items():
+            key = f"val/{name}/success_rate"
+            seen = [(int(r["step"]), r[key]) for r in rows if key in r]
+            if len(seen) >= 1:
+                (first_step, first), (last_step, last) = seen[0], seen[-1]
+                line = (f"held-out {name} ({len(problems)} problems, validation sampling): success {first:.3f} at "
+                        f"step {first_step} -> {last:.3f} at step {last_step} ({100 * (last - first):+.1f} points)")
+                print(line, flush=True)
+                log.info(line)
 
     def close(self) -> None:
         for tracker in getattr(self, "trackers", []):
