@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pettingllms.envs.code.parsing import last_python_block, parse_test_pairs
+from pettingllms.envs.common.parsing import last_python_block, parse_test_pairs
 from pettingllms.envs.code.runner import CachedRunner
 from pettingllms.core import Agent, AgentGraph, Env, Message, Problem, Transition
 from pettingllms.sandbox import Limits, normalise_output

@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pettingllms.envs.code.parsing import final_answer, last_boxed, last_python_block
+from pettingllms.envs.common.parsing import final_answer, last_boxed, last_python_block
 from pettingllms.envs.code.runner import CachedRunner
 from pettingllms.envs.math.verifier import MathVerifier, shared_verifier
 from pettingllms.core import Agent, AgentGraph, Env, Message, Problem, Transition
