@@ -104,8 +104,9 @@ class LearnerConfig:
     # Rollout-learner agreement: stop before the first optimiser step of an update when, for any stream, the mean
     # k3 KL between the engine's logprobs and the learner's (same tokens, raw logits) exceeds this. 0 disables.
     max_rollout_kl: float = 0.05
-    # Truncated importance sampling: weight each token's policy-gradient term by min(pi_learner / pi_engine, cap)
-    # (token-level, as verl's and TRL's); 0 = off.
+    # Truncated importance sampling: weight each token's policy-gradient term by min(exp((old - engine) / T), cap),
+    # raw logprobs of the old policy and the engine, T the sample's temperature (token-level, as verl's and TRL's;
+    # algo/losses.py::truncated_importance_weights); 0 = off.
     tis_cap: float = 0.0
 
     def __post_init__(self) -> None:
