@@ -156,9 +156,10 @@ class LearnerConfig:
         )
         _check(self.entropy_coeff >= 0, f"entropy_coeff must be >= 0, got {self.entropy_coeff}")
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        _check(self.max_rollout_kl >= 0, f"max_rollout_kl must be >= 0 (0 disables the check), got {self.max_rollout_kl}")
-        _check(self.tis_cap == 0 or self.tis_cap >= 1,
-               f"tis_cap must be 0 (off) or >= 1 (the largest importance weight), got {self.tis_cap}")
+        _check(self.max_rollout_kl >= 0, f"max_rollout_kl (algorithm.rollout_check.max_kl) must be >= 0 (0 disables "
+                                         f"the check), got {self.max_rollout_kl}")
+        _check(self.tis_cap == 0 or self.tis_cap >= 1, f"tis_cap (algorithm.tis_cap) must be 0 (off) or >= 1 (the "
+                                                       f"largest importance weight), got {self.tis_cap}")
         self.kl.validate()
 
     @classmethod
