@@ -1,6 +1,7 @@
 """Sliding-window attention in the learner: packed rows with the learner's own masks give the logprobs of a plain
 transformers forward, on a Mistral-style model (every layer windowed, one mask) and a Qwen2-style model (one full
-and one windowed layer, a mask per layer type). Without the window in the mask they differ."""
+and one windowed layer, a mask per layer type) and a Gemma 2 model (alternating layers, soft-capped attention).
+Without the window in the mask they differ."""
 
 from __future__ import annotations
 
@@ -36,11 +37,33 @@ def qwen2_mixed():
     return Qwen2ForCausalLM(config)
 
 
+def gemma2_soft_capped():
+    """Gemma 2: alternating sliding and full layers (a mask per layer type) and soft-capped attention logits."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=WINDOW,
+                          attn_logit_softcapping=0.5, pad_token_id=0)
+    config._attn_implementation = register_attention()
+    model = Gemma2ForCausalLM(config)
+    with torch.no_grad():  # scores large enough for the cap to matter
+        for name, param in model.named_parameters():
+            if "q_proj" in name or "k_proj" in name:
+                param.mul_(30)
+    return model
+
+
 def reference(model, sample) -> torch.Tensor:
-    """Plain forward of prompt + response: the model builds its own (windowed) masks."""
+    """Plain forward of prompt + response with transformers' eager attention: the model builds its own (windowed)
+    masks, and nothing of ours is involved."""
     ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0].float()
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].float()
+    finally:
+        model.set_attn_implementation(register_attention())
     start = len(sample.prompt_ids) - 1
     picked = logits[start:start + len(sample.response_ids)]
     return torch.log_softmax(picked, dim=-1).gather(1, torch.tensor(sample.response_ids)[:, None]).squeeze(1)
@@ -53,7 +76,8 @@ def samples(make_sample):
             make_sample([7, 8, 9], [50, 51, 52, 53, 54, 55, 56], index=2)]
 
 
-@pytest.mark.parametrize("build, per_layer", [(mistral, False), (qwen2_mixed, True)], ids=["mistral", "qwen2-mixed"])
+@pytest.mark.parametrize("build, per_layer", [(mistral, False), (qwen2_mixed, True), (gemma2_soft_capped, True)],
+                         ids=["mistral", "qwen2-mixed", "gemma2"])
 def test_learner_logprobs_equal_a_plain_forward_with_the_window(build, per_layer, make_sample):
     model = build()
     learner = PolicyLearner(model, LearnerConfig(total_steps=1))
