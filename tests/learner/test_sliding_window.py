@@ -101,3 +101,34 @@ def test_mixed_windows_without_per_layer_masks_are_refused(monkeypatch):
     monkeypatch.setattr(masks, "_takes_per_layer_masks", lambda base: False)
     with pytest.raises(ConfigError, match="mixes sliding-window and full-attention layers"):
         AttentionLayout.of(qwen2_mixed())
+
+
+@pytest.mark.parametrize("build", [mistral, qwen2_mixed, gemma2_soft_capped], ids=["mistral", "qwen2-mixed", "gemma2"])
+def test_the_transformers_engine_and_the_learner_agree_on_windowed_models(build, make_sample):
+    """The engine decodes with a KV cache, left padding and rows leaving the batch; the learner packs the K samples
+    of a prompt into one row. Both must apply the window the same way: the rollout check depends on it."""
+    import dataclasses
+
+    from pettingllms.core.types import GenerationRequest, SamplingParams
+    from pettingllms.rollout.hf_engine import HFEngine
+
+    class Codec:
+        eos_token_ids = frozenset({1})
+        pad_token_id = 0
+
+        def decode(self, ids):
+            return ""
+
+    model = build()
+    prompts = [tuple(range(10, 22)), tuple(range(30, 35))]  # longer and shorter than the window: left padding
+    requests = [GenerationRequest(f"r{i}", p, 3, SamplingParams(temperature=1.0, max_tokens=8))
+                for i, p in enumerate(prompts)]
+    samples = []
+    for prompt, result in zip(prompts, HFEngine(model, Codec(), seed=0).generate(requests)):
+        for completion in result.completions:
+            samples.append(dataclasses.replace(make_sample(prompt, completion.token_ids, index=len(samples)),
+                                               response_logprobs=completion.logprobs))
+    assert max(len(s.response_ids) for s in samples) > WINDOW
+    learner_values = PolicyLearner(model, LearnerConfig(total_steps=1)).compute_logprobs(samples)
+    for sample, values in zip(samples, learner_values):
+        assert torch.allclose(torch.tensor(values), torch.tensor(sample.response_logprobs), atol=1e-5)
