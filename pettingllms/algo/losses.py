@@ -124,13 +124,28 @@ def _token_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def truncated_importance_weights(
-    learner_log_probs: torch.Tensor, engine_log_probs: torch.Tensor, mask: torch.Tensor, cap: float
+    learner_log_probs: torch.Tensor,
+    engine_log_probs: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float,
+    temperatures: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """min(exp(learner - engine), cap) per token: (bs, T), detached; 1.0 where ``mask`` is 0 (no engine logprob).
+    """Token-level truncated importance weights (bs, T), detached; 1.0 where ``mask`` is 0 (no engine logprob).
 
-    Corrects the remaining mismatch between the engine that sampled the tokens and the learner's old policy
-    (token-level TIS, as verl's and TRL's); the cap bounds the variance.
+        w = min(exp((learner - engine) / T), cap)
+
+    ``learner_log_probs`` (the learner's OLD policy) and ``engine_log_probs`` are both raw (temperature 1: what the
+    engines report); ``temperatures`` (bs,) is each sample's sampling temperature (greedy counted as 1), None = 1.
+    At T = 1 the weight is the exact ratio of the two sampling distributions, capped. At T != 1 the tempered ratio
+    needs the engine's tempered normaliser, which no engine reports; dividing the raw log-ratio by T gets the
+    sampled token's logit difference exactly and differs from the tempered log-ratio only through the normalisers:
+    by ``(E_pT[d] - E_p1[d]) / T`` to first order, d being the learner-minus-engine logit difference over the
+    vocabulary (docs/training.md, "Truncated importance sampling"). Corrects the remaining engine-learner mismatch
+    (token-level TIS, as verl's ``rollout_is="token"`` and TRL's); the cap bounds the variance.
     """
     with torch.no_grad():
-        ratio = torch.exp(learner_log_probs.float() - engine_log_probs.float()).clamp(max=cap)
+        log_ratio = learner_log_probs.double() - engine_log_probs.double()
+        if temperatures is not None:
+            log_ratio = log_ratio / temperatures.double().reshape(-1, 1)
+        ratio = torch.exp(log_ratio).clamp(max=cap).to(learner_log_probs.dtype)
         return torch.where(mask > 0, ratio, torch.ones_like(ratio))

@@ -117,7 +117,7 @@ class AlgorithmConfig:
     entropy_coeff: float = 0.0
     kl: KLConfig = field(default_factory=KLConfig)
     rollout_check: RolloutCheckConfig = field(default_factory=lambda: RolloutCheckConfig())
-    tis_cap: float = 0.0  # truncated importance sampling: token weight min(pi_learner / pi_engine, cap); 0 = off
+    tis_cap: float = 0.0  # truncated importance sampling: token weight min(exp((old - engine) / T), cap); 0 = off
 
 
 @dataclass

@@ -104,8 +104,9 @@ class LearnerConfig:
     # Rollout-learner agreement: stop before the first optimiser step of an update when, for any stream, the mean
     # k3 KL between the engine's logprobs and the learner's (same tokens, raw logits) exceeds this. 0 disables.
     max_rollout_kl: float = 0.05
-    # Truncated importance sampling: weight each token's policy-gradient term by min(pi_learner / pi_engine, cap)
-    # (token-level, as verl's and TRL's); 0 = off.
+    # Truncated importance sampling: weight each token's policy-gradient term by min(exp((old - engine) / T), cap),
+    # raw logprobs of the old policy and the engine, T the sample's temperature (token-level, as verl's and TRL's;
+    # algo/losses.py::truncated_importance_weights); 0 = off.
     tis_cap: float = 0.0
 
     def __post_init__(self) -> None:
@@ -155,9 +156,10 @@ class LearnerConfig:
         )
         _check(self.entropy_coeff >= 0, f"entropy_coeff must be >= 0, got {self.entropy_coeff}")
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        _check(self.max_rollout_kl >= 0, f"max_rollout_kl must be >= 0 (0 disables the check), got {self.max_rollout_kl}")
-        _check(self.tis_cap == 0 or self.tis_cap >= 1,
-               f"tis_cap must be 0 (off) or >= 1 (the largest importance weight), got {self.tis_cap}")
+        _check(self.max_rollout_kl >= 0, f"max_rollout_kl (algorithm.rollout_check.max_kl) must be >= 0 (0 disables "
+                                         f"the check), got {self.max_rollout_kl}")
+        _check(self.tis_cap == 0 or self.tis_cap >= 1, f"tis_cap (algorithm.tis_cap) must be 0 (off) or >= 1 (the "
+                                                       f"largest importance weight), got {self.tis_cap}")
         self.kl.validate()
 
     @classmethod

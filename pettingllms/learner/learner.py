@@ -335,10 +335,12 @@ class PolicyLearner:
         *,
         reference: bool = False,
         agreement: RolloutAgreement | None = None,
+        raw_out: dict[int, torch.Tensor] | None = None,
     ) -> dict[int, torch.Tensor]:
         """Per-sample response log-probs (len_i,) on CPU under the policy (or the reference), keyed by index.
 
         Same mode as the training forward (train mode, dropout zeroed). ``agreement``: also tally the rollout check.
+        ``raw_out``: also fill it with each sample's raw (temperature 1) log-probs, for truncated importance sampling.
         """
         out: dict[int, torch.Tensor] = {}
         model = self._reference if reference and isinstance(self._reference, nn.Module) else self.model
@@ -357,12 +359,16 @@ class PolicyLearner:
                 batch = build_batch([samples[i] for i in rows], pad_token_id=self.pad_token_id, units=units)
                 batch = batch.to(self.device)
                 with context:
-                    log_probs, _, raw = self._response_log_probs(model, batch, raw=agreement is not None)
+                    log_probs, _, raw = self._response_log_probs(
+                        model, batch, raw=agreement is not None or raw_out is not None)
                 if agreement is not None:
                     agreement.add(stream, raw, batch.rollout_log_probs, batch.rollout_mask)
                 log_probs = log_probs.float().cpu()
+                raw = raw.float().cpu() if raw_out is not None else None
                 for row, index in enumerate(rows):
                     out[index] = log_probs[row, : len(samples[index].response_ids)].clone()
+                    if raw is not None:
+                        raw_out[index] = raw[row, : len(samples[index].response_ids)].clone()
         return out
 
     def compute_logprobs(self, samples: Sequence[Sample]) -> list[tuple[float, ...]]:
@@ -389,13 +395,15 @@ class PolicyLearner:
         kl_coef: float,
         tally: StepTally,
         agreement: RolloutAgreement | None = None,
+        old_raw_log_probs: Mapping[int, torch.Tensor] | None = None,
     ) -> None:
         """Accumulate one mini-batch's gradient over token-budget micro-batches.
 
         ``GlobalBatchInfo`` carries the mini-batch's token and sequence counts, so each micro-batch loss is
         normalised by the whole mini-batch and the accumulated gradient equals that of one big batch.
         ``old_log_probs`` None means exactly on-policy: the forward's own detached log-probs serve as old ones (and
-        ``agreement``, when given, is tallied from the same forward).
+        ``agreement``, when given, is tallied from the same forward). ``old_raw_log_probs``: the old policy's raw
+        log-probs from that pass, for truncated importance sampling (on-policy: the forward's own).
         """
         # ``indices`` is the whole mini-batch on every rank, so these counts are global; dp_size undoes FSDP's
         # averaging of gradients over ranks.
@@ -430,9 +438,14 @@ class PolicyLearner:
                     ref = pad_response_values([ref_log_probs[i] for i in rows], width).to(self.device)
                 weights = None
                 if self.config.tis_cap > 0:
-                    # Raw (T = 1) logprobs on both sides: the quantity the engine reports (docs/training.md, TIS).
-                    weights = truncated_importance_weights(raw, batch.rollout_log_probs, batch.rollout_mask,
-                                                           self.config.tis_cap)
+                    # The OLD policy against the engine (the PPO ratio handles old -> current), both raw (T = 1):
+                    # the quantity the engine reports; the log-ratio is divided by each sample's temperature
+                    # (docs/training.md, "Truncated importance sampling").
+                    old_raw = raw if old_log_probs is None else pad_response_values(
+                        [old_raw_log_probs[i] for i in rows], width).to(self.device)
+                    weights = truncated_importance_weights(
+                        old_raw, batch.rollout_log_probs, batch.rollout_mask, self.config.tis_cap,
+                        batch.row_temperatures[batch.sample_rows])
                 loss, parts = micro_batch_objective(
                     log_probs,
                     old,
@@ -514,9 +527,10 @@ class PolicyLearner:
         tally = StepTally()
         with _training_mode(self.model):
             old_log_probs = None
+            old_raw = {} if self.config.tis_cap > 0 else None
             if by_stream and not on_policy:
                 t0 = time.perf_counter()
-                old_log_probs = self._log_probs_no_grad(samples, by_stream, agreement=agreement)
+                old_log_probs = self._log_probs_no_grad(samples, by_stream, agreement=agreement, raw_out=old_raw)
                 timings["old_log_prob_s"] = time.perf_counter() - t0
                 self._check_rollout(agreement)
             ref_log_probs = None
@@ -534,7 +548,7 @@ class PolicyLearner:
                         first = epoch == 0 and round_index == 0
                         check = agreement if (first and old_log_probs is None) else None
                         self._optimizer_step(samples, advantages, chunks, old_log_probs, ref_log_probs, kl_coefs,
-                                             tally, check)
+                                             tally, check, old_raw)
             finally:
                 self.optimizer.zero_grad(set_to_none=True)  # free gradient memory between iterations
 
@@ -559,6 +573,7 @@ class PolicyLearner:
         kl_coefs: Mapping[str | None, float],
         tally: StepTally,
         agreement: RolloutAgreement | None,
+        old_raw_log_probs: Mapping[int, torch.Tensor] | None = None,
     ) -> None:
         """Accumulate each stream's mini-batch gradient, clip it per stream, then take one AdamW step.
 
@@ -569,7 +584,7 @@ class PolicyLearner:
         norms = {}
         for stream, indices in chunks.items():
             self._backward_mini_batch(stream, samples, advantages, indices, old_log_probs, ref_log_probs,
-                                      kl_coefs.get(stream, 0.0), tally, agreement)
+                                      kl_coefs.get(stream, 0.0), tally, agreement, old_raw_log_probs)
             norms[stream] = self._clip_stream(stream)
         if agreement is not None:
             self._check_rollout(agreement)

@@ -48,8 +48,10 @@ def shard_model(
 ) -> nn.Module:
     """Apply ``fully_shard`` to every decoder layer and then to the root, in place; returns ``model``.
 
-    compute_dtype: bfloat16 computes in bf16 over float32 sharded parameters (``MixedPrecisionPolicy``); the model
-    must then be loaded in float32. Call inside an initialised process group, after LoRA adapters are attached and
+    compute_dtype: bfloat16 over a float32 model computes in bf16 over float32 sharded (master) parameters
+    (``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``); over a bfloat16 model (``master_weights=
+    bfloat16``, or a policy that does not train) the parameters already are bf16 and are sharded as they are.
+    Call inside an initialised process group, after LoRA adapters are attached and
     before the optimiser is built (it must hold the sharded parameters). Parameter names do not change.
     """
     import torch.distributed as dist
@@ -58,14 +60,13 @@ def shard_model(
 
     if options.cpu_offload and device.type == "cpu":
         raise ValueError("fsdp.cpu_offload needs GPUs: on a CPU-only worker the weights already live in host memory")
-    mixed = compute_dtype == torch.bfloat16
-    if mixed:
-        dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
-        if dtypes != {torch.float32}:
-            raise ValueError(
-                f"bf16 compute under FSDP keeps float32 master weights (MixedPrecisionPolicy); the model is loaded as "
-                f"{sorted(str(d) for d in dtypes)}"
-            )
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    mixed = compute_dtype == torch.bfloat16 and dtypes != {torch.bfloat16}
+    if mixed and dtypes != {torch.float32}:
+        raise ValueError(
+            f"bf16 compute under FSDP needs float32 master weights (MixedPrecisionPolicy) or bfloat16 weights; the "
+            f"model is loaded as {sorted(str(d) for d in dtypes)}"
+        )
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward}
     if mixed:

@@ -118,10 +118,13 @@ class RolloutAgreement:
     def add(self, stream: str | None, learner: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
         """learner, engine, mask: (N, T); mask 1.0 on tokens with an engine logprob (failed samples excluded)."""
         with torch.no_grad():
-            diff = (learner.float() - engine.float()) * mask
+            # float64 and expm1: k3 ~ d^2 / 2 is far below float32's resolution of exp(d) - 1 for the small d of
+            # matching weights (d ~ 1e-7 would give exactly 0 and hide a 1e-4 drift's 5e-9 among rounding).
+            mask = mask.double()
+            diff = (learner.double() - engine.double()) * mask
             self.tokens[stream] += float(mask.sum())
             self.abs_diff[stream] += float(diff.abs().sum())
-            self.k3[stream] += float(((torch.exp(diff) - 1.0 - diff) * mask).sum())
+            self.k3[stream] += float(((torch.expm1(diff) - diff) * mask).sum())
 
     def merge_ranks(self, data_parallel: DataParallel, streams: Sequence[str | None]) -> None:
         """Sums over every data-parallel rank (a collective; every rank must call it with the same streams)."""

@@ -6,6 +6,10 @@ whenever an attention mask is present, which is always the case with padded batc
 machine one decode attention over 300 cached tokens took 6x longer than handing the grouped K/V to
 ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``, which gives the same values
 (and, measured, the same gradients). Masks are built exactly as for "sdpa" (``sdpa_mask``).
+
+Attention-logit soft-capping (Gemma 2: ``tanh(scores / cap) * cap`` before the softmax) is not something SDPA can
+do, and transformers' own "sdpa" silently drops it; a model that asks for it (``softcap``) gets the explicit
+computation below, which matches transformers' eager attention. Attention sinks (gpt-oss's ``s_aux``) are refused.
 """
 
 from __future__ import annotations
@@ -32,6 +36,15 @@ def grouped_sdpa_attention(
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # SDPA's is_causal only when no mask was built (an unpadded prefill); a decode step attends to all.
     causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError(
+            f"{ATTENTION_NAME} does not implement attention sinks (s_aux, gpt-oss); this model cannot be trained with "
+            f"pettingllms' attention"
+        )
+    if kwargs.get("softcap") is not None:
+        output = softcapped_attention(query, key, value, attention_mask, float(kwargs["softcap"]),
+                                      scaling=scaling, causal=causal, dropout=dropout)
+        return output.transpose(1, 2).contiguous(), None
     output = F.scaled_dot_product_attention(
         query,
         key,
@@ -43,6 +56,40 @@ def grouped_sdpa_attention(
         enable_gqa=key.shape[1] != query.shape[1],
     )
     return output.transpose(1, 2).contiguous(), None
+
+
+def softcapped_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    softcap: float,
+    *,
+    scaling: float | None,
+    causal: bool,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """softmax(tanh(q k^T * scaling / softcap) * softcap + mask) v, in transformers' eager order (softmax in fp32).
+
+    query [B, Hq, Q, D]; key, value [B, Hkv, K, D]; attention_mask [B, 1, Q, K] bool (True = attend) or additive
+    float, or None (then ``causal`` says whether to apply a causal mask). Returns [B, Hq, Q, D].
+    """
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(2, 3)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is None and causal:
+        q_len, k_len = query.shape[2], key.shape[2]
+        attention_mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = F.dropout(probs, p=dropout, training=dropout > 0)
+    return torch.matmul(probs, value)
 
 
 def register_attention() -> str:

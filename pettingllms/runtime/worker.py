@@ -129,7 +129,8 @@ class PolicyWorker:
 
         spec = self.spec
         path = resolve_model(spec.model_path)
-        weights = spec.learner_weights_dtype
+        # Master weights only where something trains: a policy that never updates keeps its compute dtype.
+        weights = spec.learner_weights_dtype if spec.trainable else spec.dtype
         if weights == "bfloat16" and spec.trainable:
             log.warning("policy %s keeps its weights and AdamW state in bfloat16 (master_weights=bfloat16): updates "
                         "smaller than bf16's spacing are lost (about 1%% of weights move per step at lr 5e-6)",
@@ -159,6 +160,8 @@ class PolicyWorker:
             )
 
     def _build_engine(self, device) -> None:
+        import torch
+
         from pettingllms.models import load_model, resolve_model
         from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
         from pettingllms.runtime.engines import make_engine
@@ -175,7 +178,8 @@ class PolicyWorker:
                     engine_model = self._model  # the learner's own module: updates are visible at once
             index = self.layout.engine_ranks.index(self.rank)
             # The learner's own fp32 module computing in bf16: the engine autocasts exactly as the learner does.
-            autocast = engine_model is self._model and spec.dtype == "bfloat16" and spec.learner_weights_dtype == "float32"
+            autocast = (engine_model is self._model and spec.dtype == "bfloat16"
+                        and next(self._model.parameters()).dtype == torch.float32)
             self.engine = make_engine(spec, engine_model, self.codec, index, autocast=autocast)
         self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names))
 

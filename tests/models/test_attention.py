@@ -33,3 +33,48 @@ def test_load_model_uses_grouped_attention_and_matches_eager(tiny_dir):
     eager_params = dict(eager.named_parameters())
     for name, param in ours.named_parameters():
         torch.testing.assert_close(param.grad, eager_params[name].grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _gemma2(softcap: float):
+    """A tiny Gemma 2 (alternating sliding and full layers) whose attention scores are large enough for the
+    soft-cap to matter (random init gives scores near 0, where tanh(x / cap) * cap is x)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Gemma2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                          attn_logit_softcapping=softcap, pad_token_id=0)
+    model = Gemma2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "q_proj" in name or "k_proj" in name:
+                param.mul_(30)
+    return model
+
+
+def test_attention_logit_softcapping_is_applied_as_eager_does():
+    """Gemma 2 caps its attention logits; SDPA cannot, and transformers' own "sdpa" silently skips it."""
+    from pettingllms.models.attention import register_attention
+
+    model = _gemma2(softcap=0.5)
+    ids = torch.randint(1, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # a left-padded row: the mask path as well as the unmasked one
+    logits = {}
+    for implementation in ("eager", register_attention(), "sdpa"):
+        model.set_attn_implementation(implementation)
+        with torch.no_grad():
+            logits[implementation] = model(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(logits[ATTENTION_NAME][real], logits["eager"][real], rtol=0, atol=1e-5)
+    assert (logits["sdpa"][real] - logits["eager"][real]).abs().max() > 1e-2  # what skipping the cap costs
+
+
+def test_attention_sinks_are_refused():
+    import pytest
+
+    from pettingllms.models.attention import grouped_sdpa_attention
+
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(NotImplementedError, match="attention sinks"):
+        grouped_sdpa_attention(torch.nn.Module(), q, q, q, None, s_aux=torch.zeros(2))

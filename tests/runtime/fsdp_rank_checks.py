@@ -160,5 +160,57 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
                                    if torch.is_tensor(v) and v.is_floating_point() and v.dim() > 0})
             torch.save({"metrics": metrics, "dtypes": dtypes, "state_dtypes": state_dtypes,
                         "changed": changed_fraction(before, after)}, Path(workdir) / "mixed_precision.pt")
+        bf16_weights_in_place(rank, data_parallel, Path(workdir))
+        rollout_check_on_every_rank(rank, data_parallel, Path(workdir))
     finally:
         dist.destroy_process_group()
+
+
+def bf16_weights_in_place(rank: int, data_parallel: DataParallel, workdir: Path) -> None:
+    """master_weights=bfloat16 under FSDP: bf16 parameters are sharded as they are (no MixedPrecisionPolicy) and
+    updated in place; at lr 1e-6 most of the step rounds away (what the option trades for memory)."""
+    model = shard_model(tiny_model(False).to(torch.bfloat16), FSDPOptions(), torch.device("cpu"),
+                        compute_dtype=torch.bfloat16)
+    before = {name: tensor.clone() for name, tensor in full_weights(model)}
+    learner = PolicyLearner(model, LearnerConfig(total_steps=1, lr=1e-6, dtype="bfloat16"),
+                            data_parallel=data_parallel)
+    metrics = learner.update(*vocabulary_samples())
+    after = {name: tensor.clone() for name, tensor in full_weights(model)}
+    if rank == 0:
+        torch.save({"metrics": metrics, "dtypes": sorted({str(p.dtype) for p in model.parameters()}),
+                    "changed": changed_fraction(before, after)}, workdir / "bf16_in_place.pt")
+
+
+def with_engine_logprobs(samples: list[Sample], shifted: set[int], shift: float) -> list[Sample]:
+    """``samples`` with the logprobs an engine holding the initial weights reports (a plain one-process learner
+    computes them), minus ``shift`` for the samples in ``shifted`` (a stale or misrouted engine)."""
+    import dataclasses
+
+    raw = PolicyLearner(tiny_model(False), LearnerConfig(total_steps=1)).compute_logprobs(samples)
+    return [dataclasses.replace(s, response_logprobs=tuple(v - (shift if i in shifted else 0.0) for v in values))
+            for i, (s, values) in enumerate(zip(samples, raw))]
+
+
+def rollout_check_on_every_rank(rank: int, data_parallel: DataParallel, workdir: Path) -> None:
+    """The rollout check's sums are all-reduced: a mismatch confined to rank 1's share stops rank 0 too, before
+    either steps (a rank that went on alone would hang in the next collective); a clean batch reports global
+    figures on every rank."""
+    from pettingllms.core.errors import RolloutMismatchError
+    from pettingllms.learner.data_parallel import rank_shares
+
+    samples, advantages = make_samples(5, lora=False)
+    everything = list(range(len(samples)))
+    outcome = {}
+    for name, shifted in (("clean", set()), ("rank1_stale", set(rank_shares(samples, everything, 0, 2)[1]))):
+        model = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"))
+        learner = PolicyLearner(model, LearnerConfig(total_steps=1, lr=1e-2), data_parallel=data_parallel)
+        before = {n: t.clone() for n, t in full_weights(model)}
+        try:
+            metrics, error = learner.update(with_engine_logprobs(samples, shifted, 1.0), advantages), None
+        except RolloutMismatchError as exc:
+            metrics, error = None, str(exc)
+        after = {n: t.clone() for n, t in full_weights(model)}
+        outcome[name] = {"metrics": metrics, "error": error, "changed": changed_fraction(before, after),
+                         "own_share": [i for i in rank_shares(samples, everything, 0, 2)[rank] if i in shifted]}
+    outcome["total_tokens"] = sum(len(s.response_ids) for s in samples)
+    torch.save(outcome, workdir / f"rollout_check_rank{rank}.pt")

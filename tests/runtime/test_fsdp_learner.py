@@ -93,6 +93,29 @@ def test_bf16_compute_keeps_fp32_master_weights_that_small_updates_move(two_rank
     assert result["changed"] >= 0.9, result["changed"]
 
 
+def test_bf16_weights_in_place_shard_without_a_mixed_precision_policy(two_rank_run):
+    """master_weights=bfloat16 on an FSDP group: the bf16 model shards and trains (it used to be refused because
+    bf16 compute assumed fp32 parameters), and small steps round away as documented."""
+    result = torch.load(two_rank_run / "bf16_in_place.pt", weights_only=False)
+    assert result["dtypes"] == ["torch.bfloat16"]
+    assert math.isfinite(result["metrics"]["pg_loss"]) and result["metrics"]["grad_norm"] > 0
+    assert result["changed"] < 0.5, result["changed"]
+
+
+def test_the_rollout_check_takes_one_decision_on_every_rank(two_rank_run):
+    ranks = [torch.load(two_rank_run / f"rollout_check_rank{r}.pt", weights_only=False) for r in range(2)]
+    for rank, outcome in enumerate(ranks):
+        clean = outcome["clean"]
+        assert clean["error"] is None and clean["changed"] > 0.5
+        # The figures are global: every rank reports every token, and they agree to rounding.
+        assert clean["metrics"]["rollout/tokens"] == outcome["total_tokens"]
+        assert clean["metrics"]["rollout/kl_k3"] < 1e-10
+        stale = outcome["rank1_stale"]
+        assert stale["error"] is not None and "the rollout engine's logprobs disagree" in stale["error"], rank
+        assert stale["changed"] == 0.0  # stopped before the optimiser step, on both ranks
+    assert ranks[0]["rank1_stale"]["own_share"] == [] and ranks[1]["rank1_stale"]["own_share"]  # only rank 1's
+
+
 def test_rank_shares_are_consistent_per_mini_batch_and_keep_prompts_together():
     samples, _ = make_samples(3, lora=False, groups=4, k=3)  # 12 samples, 4 prompts
     indices = list(range(len(samples)))

@@ -33,3 +33,11 @@ def test_bf16_master_weights_only_when_asked_for_and_with_a_warning(caplog):
     assert {p.dtype for p in w.model.parameters()} == {torch.bfloat16}
     assert w.engine.autocast_dtype is None  # the module itself is bf16
     assert "updates smaller than bf16's spacing are lost" in caplog.text
+
+
+def test_a_policy_that_does_not_train_keeps_its_compute_dtype():
+    """No learner, no master weights: a frozen bf16 policy holds bf16 weights (half the memory of fp32 copies)."""
+    w = worker(trainable=False)
+    assert w.learner is None
+    assert {p.dtype for p in w.model.parameters()} == {torch.bfloat16}
+    assert w.engine.model is w.model and w.engine.autocast_dtype is None
