@@ -147,6 +147,7 @@ class TrainingConfig:
     seed: int = 0
     logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
     log_dir: str = "logs"
+    save_samples_freq: int = 0  # every N steps write the step's training samples, by GRPO group, to <run>/samples/
     export_hf: bool = True  # write a Hugging Face directory per policy at the end
     plot: bool = True  # write PNG curves into the run directory at the end
 

@@ -83,7 +83,9 @@ class PolicyGroup:
                 # Ray starts workers at nice 15; ours do the compute the driver waits for, so on a shared host
                 # any other process would starve them. The raylet reads this from its environment.
                 os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(address=address, **kwargs)
+            # "local": a new instance of our own. Without it, ray.init() joins whatever cluster
+            # /tmp/ray/ray_current_cluster names (another user's, or a dead one left behind).
+            ray.init(address=address or "local", **kwargs)
             self._started_ray = True
         try:
             self._placement = reserve([demand_of(s) for s in specs])

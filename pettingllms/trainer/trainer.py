@@ -33,6 +33,7 @@ from pettingllms.trainer.run_dir import (
     find_resumable_run,
     new_run_dir,
     truncate_summary,
+    write_training_samples,
     write_validation_records,
 )
 from pettingllms.trainer.setup import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
@@ -137,12 +138,16 @@ class Trainer:
             if self.plan.agent_specs[sample.agent].trainable:
                 per_policy[sample.policy].append(sample)
         # 3. Groups (problem, turn, agent) and advantages, per policy.
-        batches, metrics = {}, {}
+        batches, metrics, scored_by_policy = {}, {}, {}
         for policy in self.plan.policies:
             scored = score_samples(per_policy.get(policy, []), self.plan.advantage_config)
             kept = [i for i, keep in enumerate(scored.in_loss) if keep]
             batches[policy] = ([per_policy[policy][i] for i in kept], [scored.advantages[i] for i in kept])
             metrics.update(prefixed(f"{policy}/grpo", scored.metrics))
+            scored_by_policy[policy] = (per_policy.get(policy, []), scored.advantages, scored.in_loss)
+        if self.cfg.training.save_samples_freq > 0 and step % self.cfg.training.save_samples_freq == 0:
+            write_training_samples(self.run_dir, step, scored_by_policy,  # to inspect groups: docs/training.md
+                                   {p: c.codec.decode for p, c in self.executor.clients.items()})
         # 4-5. Update every trainable policy in parallel; the engines then generate with the new weights.
         updates = self.policies.update({p: b for p, b in batches.items() if self.plan.policies[p].trainable})
         for policy, values in updates.items():
