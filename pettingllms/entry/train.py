@@ -80,9 +80,15 @@ def check_run(cfg) -> list[str]:
     from pettingllms.trainer.describe import describe_plan
     from pettingllms.trainer.setup import plan
 
+    import os
+
+    from pettingllms.runtime.placement import check_here
+
     run_plan = plan(cfg)
     data = describe_data(run_plan.env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
-    return [describe_plan(run_plan), *data]
+    cpus = cfg.resources.num_cpus or os.cpu_count() or 1
+    placement = check_here([spec.layout for spec in run_plan.worker_specs], float(cpus))
+    return [describe_plan(run_plan), f"placement: {placement}", *data]
 
 
 def train(cfg):

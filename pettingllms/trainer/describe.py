@@ -11,7 +11,8 @@ def describe_plan(run_plan: RunPlan) -> str:
     env:      arith_duo (ArithDuoEnv), max_turns 2, stages per turn: [solver] -> [checker]
     rollout:  tree, K=4, select greedy
     agent:    solver -> policy_0 (adapter shared), trainable
-    policy:   policy_0: smollm2-135m-instruct, float32, LoRA r=32, engine hf, 1 rank; agents solver, checker
+    policy:   policy_0: CPU: 1 process, no FSDP, 1 hf engine x TP=1, 2 CPU/rank; float32, LoRA r=32 adapters
+              ['shared']; model smollm2-135m-instruct; agents solver, checker
     """
     env = run_plan.env
     stages = " -> ".join("[" + ", ".join(stage) + "]" for stage in env.graph.stages(0))
@@ -27,14 +28,5 @@ def describe_plan(run_plan: RunPlan) -> str:
         lines.append(f"agent:    {role} -> {spec.policy}{adapter}, {'trainable' if spec.trainable else 'frozen'}")
     for worker in run_plan.worker_specs:
         policy = run_plan.policies[worker.policy]
-        lora = f"LoRA r={worker.lora.rank}" if worker.lora else "full fine-tune"
-        if worker.adapters:
-            lora += f" (adapters {', '.join(worker.adapters)})"
-        ranks = f"{worker.num_ranks} rank{'s' if worker.num_ranks > 1 else ''}"
-        if worker.fsdp is not None:
-            ranks += " (FSDP2)"
-        gpus = f", {worker.gpus_per_rank:g} GPU/rank" if worker.gpus_per_rank else ", CPU"
-        trains = "" if worker.trainable else ", frozen"
-        lines.append(f"policy:   {worker.policy}: {worker.model_path}, {worker.dtype}, {lora}, engine {worker.engine}, "
-                     f"{ranks}{gpus}{trains}; agents {', '.join(policy.agents)}")
+        lines.append(f"policy:   {worker.describe()}; agents {', '.join(policy.agents)}")
     return "\n".join(lines)

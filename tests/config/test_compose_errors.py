@@ -85,7 +85,7 @@ def test_config_dir_is_searched_before_the_packaged_configs(tmp_path):
     (tmp_path / "experiment" / "wide.yaml").write_text("# @package _global_\nrollout:\n  branching: 9\n")
     (tmp_path / "typo.yaml").write_text("defaults:\n  - train\n  - _self_\n\nrollout:\n  branchng: 7\n")
     mine = to_schema(compose("mine", [], tmp_path))
-    assert mine.rollout.branching == 7 and mine.env.name == "arith_duo"  # quickstart's, from the packaged dir
+    assert mine.rollout.branching == 7 and mine.env.name == "vault"  # quickstart's, from the packaged dir
     assert to_schema(compose("quickstart", ["+experiment=wide"], tmp_path)).rollout.branching == 9
     assert compose("train", ["+experiment=quick_test"], tmp_path).env.name == "arith_duo"  # packaged group too
     with pytest.raises(ConfigError, match="branchng"):
