@@ -1,27 +1,33 @@
-"""The ``pettingllms`` command: train, eval, check-env, plot, data.
+"""The ``pettingllms`` command: train, eval, check-env, plot.
 
 ``train`` and ``eval`` take Hydra overrides (``key=value``), exactly like the scripts under scripts/train.
+Datasets are made by the loaders ``scripts/dataprocess/load_<domain>.py`` (docs/datasets.md).
+
+The current directory is importable, as with ``python -m``: a user's module next to where the command runs
+(``my_envs/guess.py``) can be named in ``env.name=my_envs.guess:GuessEnv`` or ``env.imports=[my_envs.guess]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
 USAGE = """pettingllms <command> [args]
 
 commands:
-  train [--config-name NAME] [key=value ...]   train with AT-GRPO (Hydra overrides)
+  train [--config-name NAME] [key=value ...]   train with AT-GRPO (Hydra overrides; --help lists the keys)
   eval [--config-name NAME] [key=value ...]    evaluate a model or checkpoint on benchmarks (pass@k)
   plot RUN_DIR [--out PNG]                     draw training curves of a run directory
   export CKPT [--out DIR] [--merge-lora]       write a checkpoint as Hugging Face folders
-  check-env NAME [NAME ...] | --all           run the environment conformance checker
+  check-env [--imports MOD] NAME ... | --all  run the environment conformance checker
 """
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    make_cwd_importable()
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
@@ -48,17 +54,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
+def make_cwd_importable() -> None:
+    """Put the current directory on ``sys.path`` (last, so it never shadows an installed package), as
+    ``python -m`` does: a console script's ``sys.path[0]`` is its own bin directory instead."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
 def check_env_command(argv: Sequence[str]) -> int:
     from pettingllms.core.checker import check_env
     from pettingllms.core.errors import PettingLLMsError
-    from pettingllms.core.registry import ENVS, get_env_class
+    from pettingllms.core.registry import ENVS, get_env_class, import_modules
 
-    parser = argparse.ArgumentParser(prog="pettingllms check-env", description="Environment conformance checks")
+    parser = argparse.ArgumentParser(
+        prog="pettingllms check-env", description="Environment conformance checks",
+        epilog="A short name registered by your own module needs the module imported first: "
+               "pettingllms check-env --imports my_envs.guess guess (or env.imports=[my_envs.guess] guess, as in "
+               "training)")
     parser.add_argument("names", nargs="*", help="registry names or module:Class paths")
     parser.add_argument("--all", action="store_true", help="check every registered environment")
+    parser.add_argument("--imports", action="append", default=[], metavar="MODULE[,MODULE]",
+                        help="modules to import first, so that they register their envs (like env.imports)")
     parser.add_argument("--max-turns", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_imports_override_as_flag(argv))
+    modules = [m.strip() for value in args.imports for m in value.split(",") if m.strip()]
+    try:
+        import_modules(modules, "check-env --imports")
+    except PettingLLMsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     names = ENVS.names() if args.all else args.names
     if not names:
         parser.error("name at least one env, or pass --all")
@@ -70,7 +96,7 @@ def check_env_command(argv: Sequence[str]) -> int:
             report = check_env(env, seed=args.seed, name=name)
             print(report.format())
             ok = report.ok
-        except (PettingLLMsError, ImportError, TypeError, ValueError) as exc:
+        except (PettingLLMsError, ImportError, TypeError, ValueError) as exc:  # the env's own bugs are reported
             print(f"check-env {name}: FAIL\n  cannot build the env: {exc}")
             ok = False
         if not ok:
@@ -79,6 +105,17 @@ def check_env_command(argv: Sequence[str]) -> int:
         print(f"\n{len(failed)} of {len(names)} env(s) failed: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def _imports_override_as_flag(argv: Sequence[str]) -> list[str]:
+    """``env.imports=[a,b]`` (the training key, pasted) -> ``--imports a,b``."""
+    out = []
+    for arg in argv:
+        if arg.startswith(("env.imports=", "+env.imports=", "++env.imports=")):
+            out += ["--imports", arg.split("=", 1)[1].strip("[]").replace(" ", "")]
+        else:
+            out.append(arg)
+    return out
 
 
 if __name__ == "__main__":

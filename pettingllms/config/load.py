@@ -1,9 +1,25 @@
-"""Load a config through Hydra's compose API (tests, tools) and turn it into the typed schema object."""
+"""Load a config through Hydra's compose API and turn it into the typed schema object.
+
+Every command (``pettingllms train``, ``eval``, the scripts, the tests) composes through ``compose``, which makes
+these promises:
+- an unknown key is an error, written with or without Hydra's ``+``/``++``, with the close matches named
+  (``+rollout.branchng=4`` would otherwise add a key the schema drops, and the run would train on the defaults);
+- ``hydra.*`` overrides are refused: configs are composed with the compose API, no Hydra app runs, so they
+  would change nothing;
+- a bad value names the key and shows OmegaConf's cause (not only "Error merging override");
+- ``config_dir`` is searched before the packaged configs (``pettingllms/configs``), so a user config can start
+  from them (``defaults: [train, _self_]``).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import difflib
+import re
+import typing
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -12,40 +28,264 @@ from pettingllms.config.schema import AgentConfig, Config, ModelConfig, register
 from pettingllms.core.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+# Sections that are dicts of user-named entries, each entry typed by a dataclass (see schema.Config).
+OPEN_SECTIONS: dict[str, type] = {"base_models": ModelConfig, "agents": AgentConfig}
+KEYS_HELP = "every key is listed in docs/training.md; `pettingllms train --dry-run` prints the resolved config"
 
 
-def compose(config_name: str = "train", overrides: Sequence[str] = (), config_dir: Path | None = None) -> DictConfig:
-    """Compose ``pettingllms/configs/<config_name>.yaml`` with Hydra overrides; bad keys raise ConfigError."""
+def compose(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | Path | None = None) -> DictConfig:
+    """Compose ``<config_name>.yaml`` (from ``config_dir``, then ``pettingllms/configs``) with Hydra overrides.
+
+    Raises ConfigError for unparsable overrides, ``hydra.*`` overrides, unknown keys (with close matches), bad
+    values (with OmegaConf's cause) and unknown config names (with the ones that exist)."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, MissingConfigException
 
     register_schema()
-    overrides = [_open_dict_override(o) for o in overrides]
-    directory = Path(config_dir or CONFIG_DIR).resolve()
-    if not directory.is_dir():
-        raise ConfigError(f"config directory {directory} does not exist")
+    overrides = list(overrides)
+    parse_overrides(overrides)
     try:
-        with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return hydra_compose(config_name=config_name, overrides=list(overrides))
+        with _config_search_path(search_dirs(config_dir)):
+            cfg = hydra_compose(config_name=config_name, overrides=[_open_dict_override(o) for o in overrides])
+    except MissingConfigException as exc:
+        raise ConfigError(_missing_config_message(config_name, config_dir, exc)) from exc
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"invalid config {config_name!r} with overrides {list(overrides)}: {exc}") from exc
+        raise ConfigError(f"invalid config {config_name!r}: {explain(exc)}") from exc
+    check_known_keys(cfg, config_name, overrides, list(config_groups(config_dir)))
+    return cfg
 
 
-OPEN_SECTIONS = ("base_models.", "agents.")
+def search_dirs(config_dir: str | Path | None = None) -> list[Path]:
+    """Where configs are looked up, first match wins: ``config_dir`` (if given), then the packaged configs."""
+    if config_dir is None:
+        return [CONFIG_DIR]
+    directory = Path(config_dir).expanduser().resolve()
+    if not directory.is_dir():
+        raise ConfigError(f"--config-dir {config_dir}: {directory} is not a directory")
+    return [directory] if directory == CONFIG_DIR else [directory, CONFIG_DIR]
+
+
+@contextlib.contextmanager
+def _config_search_path(directories: Sequence[Path]) -> Iterator[None]:
+    """``hydra.initialize_config_dir`` with several directories (Hydra's public API takes one).
+
+    Hydra's ``hydra.searchpath`` override cannot do this: Hydra looks the primary config up (and caches the miss)
+    before it extends the search path, so a packaged config name given with ``--config-dir`` would not be found.
+    """
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    version.setbase(None)
+    search_path = create_config_search_path(search_path_dir=str(directories[0]))
+    anchor = "main"
+    for index, directory in enumerate(directories[1:]):
+        provider = f"pettingllms-{index}"
+        search_path.append(provider, f"file://{directory}", anchor=anchor)  # after the previous dir, before schema
+        anchor = provider
+    Hydra.create_main_hydra2(task_name="pettingllms", config_search_path=search_path)
+    try:
+        yield
+    finally:
+        restore_gh_from_backup(backup)
+
+
+# ----------------------------------------------------------------------------------------------- overrides
+def parse_overrides(overrides: Sequence[str]) -> list:
+    """Parse with Hydra's override grammar; refuse ``hydra.*``. Returns Hydra's ``Override`` objects."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parsed = []
+    for text in overrides:
+        if text.startswith("-"):
+            raise ConfigError(f"unknown option {text!r}. Options: --config-name NAME, --config-dir DIR, --dry-run, "
+                              f"--multirun/-m, --help; everything else is a key=value override")
+        try:
+            (override,) = OverridesParser.create().parse_overrides([text])
+        except HydraException as exc:
+            raise ConfigError(f"cannot parse the override {text!r}: {_first_line(exc)}. Overrides are key=value "
+                              f"(Hydra's grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)") from exc
+        key = override.key_or_group
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            raise ConfigError(
+                f"{text!r}: hydra.* overrides have no effect here and are refused. pettingllms composes its config "
+                "with Hydra's compose API and runs no Hydra app (no Hydra run directory, logging, launcher or "
+                "sweeper). Use training.log_dir (eval.log_dir) for run directories, --multirun for sweeps and "
+                "--config-dir for your own config files")
+        parsed.append(override)
+    return parsed
 
 
 def _open_dict_override(override: str) -> str:
     """``base_models.*`` and ``agents.*`` entries may be added without Hydra's ``+``.
 
     These sections are dicts of user-named entries; each entry is still checked field by field against its
-    dataclass in ``to_schema``, so a typo in a field name fails at start-up all the same.
+    dataclass (``check_known_keys``, ``to_schema``), so a typo in a field name fails at start-up all the same.
     """
-    if override.startswith(OPEN_SECTIONS) and "=" in override:
+    if override.startswith(tuple(f"{s}." for s in OPEN_SECTIONS)) and "=" in override:
         return "++" + override
     return override
 
 
+def config_names(config_dir: str | Path | None = None) -> list[str]:
+    """Names ``--config-name`` accepts: the YAML files of ``config_dir`` and of the packaged configs."""
+    folders = ([Path(config_dir).expanduser()] if config_dir else []) + [CONFIG_DIR]
+    return sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.yaml")})
+
+
+def config_groups(config_dir: str | Path | None = None) -> dict[str, list[str]]:
+    """Config groups (sub-folders of YAML files) and their options, e.g. ``specialization: [L0, L1, L2, L3]``."""
+    folders = ([Path(config_dir).expanduser()] if config_dir else []) + [CONFIG_DIR]
+    groups: dict[str, set[str]] = {}
+    for folder in folders:
+        if folder.is_dir():
+            for path in folder.glob("*/*.yaml"):
+                groups.setdefault(path.parent.name, set()).add(path.stem)
+    return {group: sorted(options) for group, options in sorted(groups.items())}
+
+
+def _missing_config_message(config_name: str, config_dir, exc: Exception) -> str:
+    where = f"{config_dir} and {CONFIG_DIR}" if config_dir else str(CONFIG_DIR)
+    text = str(exc)
+    option = re.search(r"Could not find '([^'/]+)/([^']+)'", text)
+    if option:
+        group, name = option.groups()
+        options = config_groups(config_dir).get(group)
+        if options is None:
+            return f"config {config_name!r}: there is no config group {group!r} (groups: {sorted(config_groups(config_dir))})"
+        close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        return f"{group}={name}: config group {group!r} has no option {name!r}.{hint} Options: {', '.join(options)}"
+    if "primary config" in text:
+        close = difflib.get_close_matches(config_name, config_names(config_dir), n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        return (f"no config named {config_name!r} in {where}.{hint} Configs: {config_names(config_dir)}; "
+                f"add your own directory with --config-dir DIR")
+    return f"config {config_name!r}: {_first_line(exc)} (config groups: {config_groups(config_dir)})"
+
+
+# ----------------------------------------------------------------------------------------------- unknown keys
+def check_known_keys(cfg: DictConfig, config_name: str = "train", overrides: Sequence[str] = (),
+                     groups: Sequence[str] = ()) -> None:
+    """Raise ConfigError if the composed config holds a key the schema lacks (only Hydra's ``+`` can add one)."""
+    root = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(root):
+        raise ConfigError(f"config {config_name!r} is not built on the pettingllms schema: its defaults list must "
+                          f"start with `train` (or `eval`, `pettingllms_schema`), e.g. `defaults: [train, _self_]`")
+    unknown = list(_unknown_keys(OmegaConf.to_container(cfg, resolve=False), root, ""))
+    if unknown:
+        path, schema = unknown[0]
+        raise ConfigError(unknown_key_message(path, schema, root, _override_for(path, overrides), groups))
+
+
+def _unknown_keys(node: Any, schema: type, prefix: str) -> Iterator[tuple[str, type]]:
+    """(dotted key, the dataclass it is not a field of) for every key of ``node`` outside ``schema``."""
+    if not isinstance(node, dict):
+        return
+    hints = _field_types(schema)
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if key not in hints:
+            yield path, schema
+        elif dataclasses.is_dataclass(hints[key]):
+            yield from _unknown_keys(value, hints[key], path + ".")
+        elif not prefix and key in OPEN_SECTIONS and isinstance(value, dict):
+            for name, entry in value.items():
+                yield from _unknown_keys(entry, OPEN_SECTIONS[key], f"{path}.{name}.")
+
+
+def _field_types(schema: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(schema)
+    return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
+
+
+def unknown_key_message(path: str, schema: type, root: type = Config, override: str | None = None,
+                        groups: Sequence[str] = ()) -> str:
+    """``unknown config key 'rollout.branchng' (from +rollout.branchng=4). Did you mean 'rollout.branching'?``"""
+    parent, _, key = path.rpartition(".")
+    fields = list(_field_types(schema))
+    close = [f"{parent}.{f}" if parent else f for f in difflib.get_close_matches(key, fields, n=3, cutoff=0.6)]
+    if not parent:  # a misspelt config group (+experimnt=quick_test)
+        close += [f"+{g}=..." for g in difflib.get_close_matches(key, list(groups), n=2, cutoff=0.6)]
+    if not close:  # the right name in another section (training.lr -> optim.lr)?
+        close = difflib.get_close_matches(key, [p for p in schema_keys(root)], n=3, cutoff=0.9)
+        close += [p for p in schema_keys(root) if p.rsplit(".", 1)[-1] == key and p not in close][:3]
+    hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    where = f" (from {override})" if override else ""
+    section = f"{_section_name(parent)} has" if parent else "top-level keys are"
+    return f"unknown config key {path!r}{where}.{hint} {section}: {', '.join(fields)}; {KEYS_HELP}"
+
+
+def _section_name(parent: str) -> str:
+    parts = parent.split(".")
+    if parts[0] in OPEN_SECTIONS and len(parts) >= 2:
+        return ".".join([parts[0], "<name>", *parts[2:]]) + f" ({parent})"
+    return parent
+
+
+def schema_keys(root: type = Config) -> list[str]:
+    """Every dotted leaf key of the schema (open sections with a placeholder entry name)."""
+    keys: list[str] = []
+
+    def walk(schema: type, prefix: str) -> None:
+        for name, hint in _field_types(schema).items():
+            if dataclasses.is_dataclass(hint):
+                walk(hint, f"{prefix}{name}.")
+            elif not prefix and name in OPEN_SECTIONS:
+                walk(OPEN_SECTIONS[name], f"{name}.<name>.")
+            else:
+                keys.append(prefix + name)
+
+    walk(root, "")
+    return keys
+
+
+def _override_for(path: str, overrides: Sequence[str]) -> str | None:
+    for text in overrides:
+        key = text.split("=", 1)[0].lstrip("+~")
+        if key == path or path.startswith(key + "."):
+            return text
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- errors
+def explain(exc: BaseException) -> str:
+    """Hydra's message and the OmegaConf cause under it; an unknown key becomes our message with suggestions."""
+    messages = []
+    for error in _chain(exc):
+        object_type, key = getattr(error, "object_type", None), getattr(error, "key", None)
+        full_key = getattr(error, "full_key", None) or ""
+        if (type(error).__name__ in ("ConfigAttributeError", "ConfigKeyError") and dataclasses.is_dataclass(object_type)
+                and key is not None and f"Key '{key}' not in" in str(error)):
+            root = Config
+            return unknown_key_message(str(full_key or key), object_type, root)
+        line = _first_line(error)
+        if "$VALUE" in line or "$KEY" in line:  # OmegaConf's message template, repeated by its wrapper
+            continue
+        if full_key and "full_key" in str(error) and full_key not in line:
+            line += f" (key {full_key})"
+        if line and line not in messages:
+            messages.append(line)
+    return ": ".join(messages)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+# ----------------------------------------------------------------------------------------------- typed object
 def to_schema(cfg: DictConfig) -> Config:
     """The typed object (dataclass instances all the way down); raises ConfigError on bad or missing values."""
     try:
@@ -53,7 +293,7 @@ def to_schema(cfg: DictConfig) -> Config:
         config.base_models = {k: _typed(ModelConfig, v, f"base_models.{k}") for k, v in config.base_models.items()}
         config.agents = {k: _typed(AgentConfig, v, f"agents.{k}") for k, v in config.agents.items()}
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"invalid config: {exc}") from exc
+        raise ConfigError(f"invalid config: {explain(exc)}") from exc
     return config
 
 
@@ -66,4 +306,4 @@ def _typed(schema: type, value: object, where: str):
             raise ConfigError(f"{where}: missing value(s) for {missing}")
         return OmegaConf.to_object(node)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{where}: {exc}") from exc
+        raise ConfigError(f"{where}: {explain(exc)}") from exc

@@ -68,8 +68,12 @@ class AgentConfig:
 @dataclass
 class EnvConfig:
     name: str = MISSING  # registry name or "module:Class"
-    dataset: Optional[str] = None  # training set: data/<domain>/train/<dataset>.parquet
-    benchmark: List[str] = field(default_factory=list)  # validation sets: data/<domain>/test/<name>.parquet
+    # Training set: a name (data/<domain>/train/<name>.parquet), a .parquet/.jsonl file, a hub id, a list of these,
+    # or a {entry: weight} mixture (trainer/data.py). None: the env generates its problems.
+    dataset: Any = None
+    # Validation sets, each reported on its own: a list of names (data/<domain>/test/<name>.parquet), files, hub
+    # ids or mixtures. []: the env's own test split, if it generates problems.
+    benchmark: Any = field(default_factory=list)
     max_val_problems: int = 0  # use the first N problems of each benchmark (0 = all; procedural: 50)
     max_turns: int = 2
     agents: Optional[List[str]] = None  # a subset of the env's roles (L0: one agent); None = all
@@ -146,11 +150,13 @@ class TrainingConfig:
     val_freq: int = 5  # validate every N steps (0: never)
     val_before_train: bool = True
     save_freq: int = 0  # checkpoint every N steps (0: only at the end)
+    max_ckpt_to_keep: int = 0  # keep the newest N checkpoints, delete older ones (0: keep all)
     resume: str = "auto"  # auto | none | <path to a checkpoint dir>
     stop_after_steps: int = 0  # stop this process after N more steps (job time limits); resume continues
     seed: int = 0
     logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
     log_dir: str = "logs"
+    save_samples_freq: int = 0  # every N steps write the step's training samples, by GRPO group, to <run>/samples/
     export_hf: bool = True  # write a Hugging Face directory per policy at the end
     plot: bool = True  # write PNG curves into the run directory at the end
 

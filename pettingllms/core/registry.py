@@ -2,7 +2,8 @@
 
 - An unknown name raises ``RegistryError`` listing close matches and every valid name.
 - Registering a different object under a taken name raises; registering the same one again is a no-op.
-- Import errors of lazy entries surface with the entry named; they are never swallowed.
+- Import errors of lazy entries surface with the entry named (``ModuleImportError``, an ``ImportError`` that is
+  also a ``PettingLLMsError``, so commands print it as a clean error); they are never swallowed.
 - A ``"module:Class"`` string works anywhere a name does, so a user's env in their own module needs no
   platform edit. Packages can also register on import through the ``pettingllms.plugins`` entry-point group
   (the built-in ``envs`` package does).
@@ -12,13 +13,57 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import traceback
 from importlib.metadata import entry_points
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from pettingllms.core.errors import RegistryError
+from pettingllms.core.errors import PettingLLMsError, RegistryError
 
 PLUGIN_GROUP = "pettingllms.plugins"
 _plugins_loaded = False
+
+
+class ModuleImportError(PettingLLMsError, ImportError):
+    """A user's module (``env.imports``, ``module:Class``) could not be imported; the message says why and what
+    to do."""
+
+
+def import_module(name: str, what: str) -> Any:
+    """``importlib.import_module(name)``; any failure becomes a ModuleImportError naming ``what`` asked for it."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and "." in missing and (name == missing or name.startswith(missing + ".")):
+            parent, _, leaf = missing.rpartition(".")
+            raise ModuleImportError(f"{what}: package {parent!r} has no module {leaf!r} (is the file "
+                                    f"{missing.replace('.', '/')}.py there?)") from exc
+        if missing and (name == missing or name.startswith(missing + ".")):
+            raise ModuleImportError(
+                f"{what}: no module named {missing!r} on the Python path. The `pettingllms` command adds the current "
+                f"directory ({os.getcwd()}) to the path: run it from the directory that holds "
+                f"{missing.split('.')[0]}/ (or {missing.split('.')[0]}.py), install your package "
+                f"(pip install -e <its folder>), or add its folder to PYTHONPATH") from exc
+        raise ModuleImportError(f"{what}: importing {name!r} failed: {exc} (a module it imports is missing: "
+                                f"install it, or fix the import)") from exc
+    except ImportError as exc:
+        raise ModuleImportError(f"{what}: importing {name!r} failed: {exc}") from exc
+    except Exception as exc:  # the user's module raised while it ran (SyntaxError, NameError, ...)
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {where.filename}:{where.lineno}" if where else ""
+        raise ModuleImportError(f"{what}: importing {name!r} raised {type(exc).__name__}{at}: {exc}") from exc
+
+
+def import_modules(names: Sequence[str], what: str = "env.imports") -> None:
+    """Import each module (they may register envs and agents); errors are ModuleImportError naming the module."""
+    if isinstance(names, str):
+        names = [names]
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or ":" in name or "/" in name:
+            raise RegistryError(f"{what}: {name!r} is not a module name; give dotted module names such as "
+                                f"[my_envs.guess] (a class is named 'module:Class' in env.name instead)")
+        import_module(name.strip(), f"{what} entry {name!r}")
 
 
 def import_object(path: str) -> Any:
@@ -26,10 +71,7 @@ def import_object(path: str) -> Any:
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise RegistryError(f"{path!r} is not of the form 'package.module:Name'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"cannot import module {module_name!r} for {path!r}: {exc}") from exc
+    module = import_module(module_name, f"cannot import module {module_name!r} for {path!r}")
     try:
         obj = module
         for part in attr.split("."):

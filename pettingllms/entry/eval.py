@@ -7,7 +7,7 @@ import sys
 from typing import Sequence
 
 from pettingllms.core import PettingLLMsError
-from pettingllms.entry.train import parse_args
+from pettingllms.entry.train import HELP_FLAGS, parse_args
 
 
 def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_dir: str | None = None,
@@ -26,8 +26,13 @@ def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_di
 
 def eval_command(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    name, directory, overrides = parse_args(["--config-name", "eval", *argv])  # a later --config-name wins
     try:
+        name, directory, overrides = parse_args(["--config-name", "eval", *argv])  # a later --config-name wins
+        if any(a in HELP_FLAGS for a in overrides):
+            from pettingllms.entry.help import help_text
+
+            print(help_text("eval", name, directory, [o for o in overrides if o not in HELP_FLAGS]))
+            return 0
         result = run_eval(name, overrides, directory)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)

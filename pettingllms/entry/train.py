@@ -6,7 +6,10 @@
 ``key=a,b``, ``key=range(1,4)`` and ``key=choice(a,b)``, in command-line order), checks that every combination
 composes, then trains them one after another, each in its own directory
 ``<training.log_dir>/multirun/<date>/<time>/<job>/``, and ends with a table of the runs (also kept, one JSON line
-per job, in ``jobs.jsonl`` there). ``--dry-run`` composes and prints what would run, and trains nothing.
+per job, in ``jobs.jsonl`` there). Every job's config is composed and its run planned (env, agents, policies,
+data files) before the first one trains. ``--dry-run`` prints the resolved config, the run plan and where the
+data comes from (with ``-m``: every job), checks all of it, and trains nothing. ``--help`` prints the options,
+configs, config groups and the keys users set most.
 """
 
 from __future__ import annotations
@@ -28,18 +31,25 @@ MULTIRUN_FLAGS = ("--multirun", "-m")
 DRY_RUN_FLAG = "--dry-run"
 
 
+HELP_FLAGS = ("--help", "-h")
+
+
 def parse_args(argv: Sequence[str]) -> tuple[str, str | None, list[str]]:
     """Split ``--config-name X`` / ``--config-dir D`` from Hydra overrides."""
     name, directory, overrides = "train", None, []
     args = list(argv)
     while args:
         arg = args.pop(0)
-        if arg in ("--config-name", "-cn"):
-            name = args.pop(0)
+        if arg in ("--config-name", "-cn", "--config-dir", "-cd"):
+            if not args:
+                raise ConfigError(f"{arg} needs a value")
+            value = args.pop(0)
+            if arg in ("--config-name", "-cn"):
+                name = value
+            else:
+                directory = value
         elif arg.startswith("--config-name="):
             name = arg.split("=", 1)[1]
-        elif arg in ("--config-dir", "-cd"):
-            directory = args.pop(0)
         elif arg.startswith("--config-dir="):
             directory = arg.split("=", 1)[1]
         else:
@@ -63,11 +73,23 @@ def load_config(config_name: str = "train", overrides: Sequence[str] = (), confi
     return cfg
 
 
+def check_run(cfg) -> list[str]:
+    """Plan the run (env, agents, policies, worker layout) and find its data, as the trainer will, without loading
+    a model or starting a process. Returns the plan summary and data lines; raises the trainer's errors."""
+    from pettingllms.trainer.data import describe_data
+    from pettingllms.trainer.describe import describe_plan
+    from pettingllms.trainer.setup import plan
+
+    run_plan = plan(cfg)
+    data = describe_data(run_plan.env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
+    return [describe_plan(run_plan), *data]
+
+
 def train(cfg):
     from pettingllms.trainer.trainer import Trainer
 
-    trainer = Trainer(cfg)
-    results = trainer.fit()
+    with Trainer(cfg) as trainer:  # released on any error, in setup or in training
+        results = trainer.fit()
     return trainer, results
 
 
@@ -136,12 +158,13 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
     from pettingllms.trainer.run_dir import new_run_dir
 
     jobs = expand_sweep(overrides)
-    configs = []
-    for index, job in enumerate(jobs):
+    configs, plans = [], []
+    for index, job in enumerate(jobs):  # every job is composed and planned before the first one trains
         try:
             configs.append(load_config(config_name, job, config_dir))
-        except ConfigError as exc:
-            raise ConfigError(f"multirun job {index} ({' '.join(job)}): {exc}") from exc
+            plans.append(check_run(configs[-1]))
+        except PettingLLMsError as exc:
+            raise type(exc)(f"multirun job {index} ({' '.join(job) or 'no overrides'}): {exc}") from exc
     log_dirs = {c.training.log_dir for c in configs}
     if len(log_dirs) > 1:
         raise ConfigError(f"training.log_dir cannot be swept (got {sorted(log_dirs)}): jobs go under one "
@@ -152,9 +175,11 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
                           "would continue the same checkpoint. Sweep fresh runs (resume=auto or none)")
     keys = swept_keys(jobs)
     if dry_run:
-        print(f"multirun: {len(jobs)} job(s) from config {config_name!r}; swept: {keys or 'nothing'}")
-        for index, job in enumerate(jobs):
+        print(f"multirun: {len(jobs)} job(s) from config {config_name!r}; swept: {keys or 'nothing'}; every job's "
+              f"config, plan and data checked")
+        for index, (job, lines) in enumerate(zip(jobs, plans)):
             print(f"  job {index}: {' '.join(job) or '(no overrides)'}")
+            print("\n".join("    " + line for block in lines for line in block.splitlines()))
         return []
 
     root = new_run_dir(log_dirs.pop(), "multirun")
@@ -205,19 +230,33 @@ def format_outcomes(outcomes: Sequence[JobOutcome], keys: Sequence[str], root: P
 def train_command(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     multirun, dry_run, rest = split_flags(argv)
-    name, directory, overrides = parse_args(rest)
     try:
+        name, directory, overrides = parse_args(rest)
+        if any(a in HELP_FLAGS for a in overrides):
+            from pettingllms.entry.help import help_text
+
+            print(help_text("train", name, directory, [o for o in overrides if o not in HELP_FLAGS]))
+            return 0
         if multirun:
             outcomes = run_multirun(name, overrides, directory, dry_run)
             return 0 if all(o.status == "ok" for o in outcomes) else 1
         if dry_run:
-            from omegaconf import OmegaConf
-
-            print(OmegaConf.to_yaml(OmegaConf.structured(load_config(name, overrides, directory))))
-            return 0
+            return dry_run_command(name, overrides, directory)
         trainer, _ = run_training(name, overrides, directory)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"run directory: {trainer.run_dir}")
+    return 0
+
+
+def dry_run_command(name: str, overrides: Sequence[str], directory: str | None) -> int:
+    """Print the resolved config, the plan and the data; train nothing. Errors are the trainer's own."""
+    from omegaconf import OmegaConf
+
+    cfg = load_config(name, overrides, directory)
+    summary = check_run(cfg)
+    print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    print("\n".join(summary))
+    print("dry run: config, plan and data checked; nothing was trained")
     return 0

@@ -22,3 +22,8 @@ register_env("sudoku", "pettingllms.envs.sudoku.env:SudokuEnv")
 register_env("plan_path", "pettingllms.envs.plan_path.env:PlanPathEnv")
 register_agent("games.tool_agent", "pettingllms.envs.games_common.agents:ToolAgent")
 register_agent("games.plan_agent", "pettingllms.envs.games_common.agents:PlanAgent")
+
+register_env("vault", "pettingllms.envs.vault.env:VaultEnv")
+register_agent("vault.reader", "pettingllms.envs.vault.env:Reader")
+register_agent("vault.opener", "pettingllms.envs.vault.env:Opener")
+register_agent("vault.solo", "pettingllms.envs.vault.env:Solo")

@@ -11,16 +11,17 @@ Per env, the config is the user's with ``env.name`` replaced; ``env.options`` ap
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from pettingllms.config.schema import Config, EvalConfig
-from pettingllms.core import ConfigError, DataError, Problem, SamplingParams
-from pettingllms.core.registry import get_env_class
-from pettingllms.trainer.data import benchmark_problems, dataset_path
+from pettingllms.core import ConfigError, DataError, Problem, RegistryError, SamplingParams
+from pettingllms.core.registry import ENVS, get_env_class, import_modules
+from pettingllms.trainer.data import (
+    FILE_SUFFIXES, benchmark_entries, benchmark_label, benchmark_problems, dataset_path,
+)
 from pettingllms.trainer.setup import RunPlan, build_env, plan
 
 PROCEDURAL = "procedural"
@@ -76,15 +77,15 @@ def eval_settings(e: EvalConfig) -> EvalSettings:
 
 def plan_tasks(cfg: Config) -> list[EnvTask]:
     """Every env's plan and benchmark problems, in the order the benchmarks are listed."""
-    for module in cfg.env.imports:
-        importlib.import_module(module)  # a user's module may register envs and agents
-    entries = group_benchmarks(cfg.env.benchmark, cfg.env.name)
+    import_modules(cfg.env.imports, "env.imports")  # a user's module may register envs and agents
+    entries = group_benchmarks(benchmark_entries(cfg.env.benchmark), cfg.env.name)
     tasks = []
     for env_name, names in entries.items():
         env_cfg, roles = config_for_env(cfg, env_name)
         run_plan = plan(env_cfg)
         names = names or [_default_benchmark(run_plan, env_cfg)]
-        benchmarks = [Benchmark(f"{env_name}/{name}", name, _problems(run_plan, env_cfg, name)) for name in names]
+        benchmarks = [Benchmark(f"{env_name}/{benchmark_label(name)}", name, _problems(run_plan, env_cfg, name))
+                      for name in names]
         tasks.append(EnvTask(env_name, env_cfg, run_plan, benchmarks, roles))
     return tasks
 
@@ -105,14 +106,22 @@ def group_benchmarks(entries: Sequence[str], default_env: str) -> dict[str, list
     """
     grouped: dict[str, list[str]] = {}
     for entry in entries:
-        env_name, _, name = str(entry).rpartition("/")
-        env_name = env_name or default_env
+        env_name, name = _split_env(entry, default_env)
         if not name:
             raise ConfigError(f"env.benchmark entry {entry!r} names no benchmark; use <name> or <env>/<name>")
-        if name in grouped.get(env_name, []):
+        if benchmark_label(name) in [benchmark_label(n) for n in grouped.get(env_name, [])]:
             raise ConfigError(f"benchmark {env_name}/{name} is listed twice in env.benchmark")
         grouped.setdefault(env_name, []).append(name)
     return grouped or {default_env: []}
+
+
+def _split_env(entry, default_env: str) -> tuple[str, object]:
+    """``<env>/<name>`` when the part before the first ``/`` is a registered env; otherwise the whole entry is a
+    benchmark of ``default_env`` (a name, a file path, a hub id ``owner/name`` or a mixture)."""
+    if not isinstance(entry, str) or "/" not in entry or entry.lower().endswith(FILE_SUFFIXES):
+        return default_env, entry
+    prefix, name = entry.split("/", 1)
+    return (prefix, name) if prefix in ENVS else (default_env, entry)
 
 
 def config_for_env(cfg: Config, env_name: str) -> tuple[Config, tuple[str, ...]]:
@@ -158,6 +167,13 @@ def _problems(run_plan: RunPlan, cfg: Config, name: str) -> list[Problem]:
     try:
         return benchmark_problems(run_plan.env, cfg.env.data_root, name, cfg.env.max_val_problems)
     except DataError as exc:
+        prefix = str(name).split("/", 1)[0] if isinstance(name, str) and "/" in name else None
+        if prefix is not None and not str(name).lower().endswith(FILE_SUFFIXES):
+            try:  # "<x>/<y>" with no env <x>: a misspelt env, or a hub dataset that did not load; say both
+                get_env_class(prefix)
+            except RegistryError as unknown:
+                raise RegistryError(f"benchmark {name!r}: {unknown} Read as a hub dataset of env {cfg.env.name!r} "
+                                    f"instead, it failed too: {exc}") from exc
         raise DataError(f"benchmark {cfg.env.name}/{name}: {exc} ({_available(run_plan, cfg)})") from exc
 
 

@@ -8,7 +8,8 @@ LoRA adapter per agent; ``HFChatCodec`` turns chat messages into the exact promp
 from pettingllms.models.codec import HFChatCodec
 from pettingllms.models.load import load_model, load_tokenizer
 from pettingllms.models.lora import LoraSpec, adapter_names, attach_adapters, use_adapter
-from pettingllms.models.resolve import ALIASES, cache_root, resolve_model
+from pettingllms.models.aliases import cache_root
+from pettingllms.models.resolve import ALIASES, resolve_model
 from pettingllms.models.tiny import build_tiny_model
 
 __all__ = [

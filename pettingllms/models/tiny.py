@@ -14,6 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from pettingllms.core.errors import ConfigError
+from pettingllms.models import aliases
 from pettingllms.models._atomic import atomic_directory
 
 DEFAULT_TINY_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "seed": 0}
@@ -34,9 +35,7 @@ def build_tiny_model(
     converted ``smollm2-135m-instruct`` alias (converted on first use).
     """
     if tokenizer_dir is None:
-        from pettingllms.models.resolve import SMOLLM2_ALIAS, resolve_model
-
-        tokenizer_dir = resolve_model(SMOLLM2_ALIAS)
+        tokenizer_dir = aliases.smollm2_dir()
     dest = Path(dest)
     with atomic_directory(dest, replace=True) as tmp:
         write_tiny_model(tmp, tokenizer_dir=Path(tokenizer_dir), hidden=hidden, layers=layers, heads=heads, seed=seed)
@@ -63,3 +62,13 @@ def write_tiny_model(dest: Path, *, tokenizer_dir: Path, hidden: int, layers: in
     model.generation_config = GenerationConfig.from_pretrained(tokenizer_dir)
     model.save_pretrained(dest, safe_serialization=True)
     AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(dest)
+
+
+def tiny_recipe() -> tuple[dict, aliases.AliasBuild]:
+    """The ``tiny-random-smollm2`` alias: the default shape, with the converted SmolLM2's tokenizer."""
+    source = {"builder": "build_tiny_model", **DEFAULT_TINY_SHAPE, "tokenizer": aliases.SMOLLM2_ALIAS}
+
+    def build(dest: Path, cache_dir: Path | None) -> None:
+        write_tiny_model(dest, tokenizer_dir=aliases.smollm2_dir(cache_dir), **DEFAULT_TINY_SHAPE)
+
+    return source, build

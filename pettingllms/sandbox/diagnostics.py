@@ -17,6 +17,8 @@ import uuid
 from .limits import Limits
 from .pool import SandboxPool
 from .runner import Sandbox
+from .watcher import proc_files
+from .workdir import RUN_DIR_PREFIX
 
 
 def machine_info() -> dict:
@@ -48,39 +50,22 @@ def zombie_children(parent: int | None = None) -> list[int]:
     """Pids of zombie processes whose parent is ``parent`` (default: this process)."""
     parent = os.getpid() if parent is None else parent
     zombies = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
+    for pid, stat in proc_files("stat"):
         # Fields after the command name (which may contain spaces) start after the last ')'.
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if state == "Z" and int(ppid) == parent:
-            zombies.append(int(name))
+        state, ppid = stat.rsplit(b")", 1)[1].split()[:2]
+        if state == b"Z" and int(ppid) == parent:
+            zombies.append(pid)
     return zombies
 
 
 def processes_with_marker(marker: str) -> list[int]:
     """Pids whose command line contains ``marker`` (pass it in a program's argv to track its tree)."""
     needle = marker.encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if needle in f.read():
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
+    return [pid for pid, cmdline in proc_files("cmdline") if pid != os.getpid() and needle in cmdline]
 
 
 def leftover_work_dirs(root: str | None = None) -> list[str]:
-    return glob.glob(os.path.join(root or tempfile.gettempdir(), "pettingllms-sbx-*"))
+    return glob.glob(os.path.join(root or tempfile.gettempdir(), RUN_DIR_PREFIX + "*"))
 
 
 SOAK_PROGRAMS = (

@@ -6,27 +6,38 @@ strong    bubblewrap: new pid, net, ipc, uts (and cgroup) namespaces, a root mad
 fallback  no namespaces from bubblewrap: a new session, rlimits, a private slot uid when root (plus a new
           network namespace when the kernel allows it), a subreaper launcher that kills the whole tree.
 
-Everything here builds argument lists and dicts and starts nothing -- except describe_interpreter, which
-asks an interpreter once where its standard library lives.
+The argv and config builders start nothing -- except describe_interpreter, which asks an interpreter once
+where its standard library lives. Choosing a layer (``resolve_plan``) runs a tiny probe program through it,
+with the run function the caller passes in (``runner.run_in_plan``), once per process and settings.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import marshal
 import os
 import shutil
 import subprocess
+import sys
+import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
+from typing import Callable
 
-from pettingllms.core.errors import InfrastructureError
+from pettingllms.core.errors import ConfigError, InfrastructureError
 
 from .limits import Limits
+from .result import OK, RunResult
+
+logger = logging.getLogger("pettingllms.sandbox")
 
 STRONG = "strong"
 FALLBACK = "fallback"
 LAYERS = (STRONG, FALLBACK)
+DEFAULT_LAYER_ENV = "PETTINGLLMS_SANDBOX_LAYER"
+
+MAIN_FILE = "main.py"  # the program, in the work dir
 
 LAUNCHER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launcher.py")
 
@@ -45,6 +56,14 @@ PROGRAM_PATH = "/usr/local/bin:/usr/bin:/bin"
 class Interpreter:
     executable: str
     prefixes: tuple[str, ...]  # directories the interpreter needs, bound read-only in the strong layer
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    name: str
+    interpreter: Interpreter
+    bwrap: str | None
+    privileged: bool  # runner is root: the program runs as a private slot uid
 
 
 @lru_cache(maxsize=None)
@@ -104,7 +123,7 @@ def launcher_config(*, layer: str, interpreter: Interpreter, limits: Limits, arg
     else:
         kill_mode = "tree"  # walk our own descendants (subreaper keeps setsid orphans in the tree)
     return {
-        "argv": program_argv(interpreter, os.path.join(cwd, "main.py"), argv),
+        "argv": program_argv(interpreter, os.path.join(cwd, MAIN_FILE), argv),
         "cwd": cwd,
         "copy_from": SANDBOX_INPUT if strong else None,
         "env": program_env(home=cwd, tmpdir="/tmp" if strong else cwd),
@@ -174,3 +193,112 @@ def fallback_argv(*, interpreter: Interpreter, config: dict) -> list[str]:
 def encode_config(config: dict) -> str:
     # marshal: the launcher decodes it without importing json (startup time); hex keeps argv printable.
     return marshal.dumps(config).hex()
+
+
+# ------------------------------------------------------------------------------------------ layer choice
+
+def default_interpreters() -> list[str]:
+    """The runner's own interpreter (its real binary: no venv packages), then the system python3."""
+    seen: list[str] = []
+    for candidate in (os.path.realpath(sys.executable), shutil.which("python3", path=PROGRAM_PATH)):
+        if candidate and os.path.realpath(candidate) not in seen:
+            seen.append(os.path.realpath(candidate))
+    return seen
+
+
+PROBE_SOURCE = "import sys\nsys.stdout.write('sandbox-probe-' + str(6 * 7))\n"
+PROBE_LIMITS = Limits(wall_timeout_s=30.0, cpu_time_s=10.0)
+
+
+def check_layer_name(layer: str) -> str:
+    if layer not in ("auto", *LAYERS):
+        raise ConfigError(f"sandbox layer must be 'auto', 'strong' or 'fallback', got {layer!r}")
+    return layer
+
+
+RunInPlan = Callable[..., RunResult]
+"""``runner.run_in_plan``: (plan, *, files, stdin, argv, limits, <run dir and uid settings>) -> RunResult."""
+
+
+def probe(plan: LayerPlan, run: RunInPlan) -> str | None:
+    """Run a tiny program through the whole layer with ``run`` (its run dir and uid settings bound). None when
+    it works, else why it does not."""
+    try:
+        result = run(plan, files={MAIN_FILE: PROBE_SOURCE.encode()}, stdin="", argv=(), limits=PROBE_LIMITS)
+    except InfrastructureError as exc:
+        return str(exc)
+    if result.verdict != OK or result.exit_code != 0 or result.stdout != "sandbox-probe-42":
+        return (f"probe program gave verdict={result.verdict} exit_code={result.exit_code} "
+                f"stdout={result.stdout[:200]!r} stderr={result.stderr[-500:]!r}")
+    return None
+
+
+_plan_cache: dict[tuple, LayerPlan] = {}
+_plan_lock = threading.Lock()
+
+
+def resolve_plan(layer: str, python: str | None, run_kwargs: dict, run: RunInPlan) -> LayerPlan:
+    """Pick and probe a layer once per (layer, interpreter, uid settings); cached for the process.
+
+    ``run`` runs the probe (``runner.run_in_plan``; passed in because running sits above choosing),
+    ``run_kwargs`` are its run dir and uid settings."""
+    check_layer_name(layer)
+    key = (layer, python, tuple(sorted(run_kwargs.items())))
+    with _plan_lock:
+        if key in _plan_cache:
+            return _plan_cache[key]
+        plan = _choose_plan(layer, python, partial(run, **run_kwargs))
+        _plan_cache[key] = plan
+        return plan
+
+
+def clear_layer_cache() -> None:
+    """Forget probed layers (tests; or after installing bubblewrap in a running process)."""
+    with _plan_lock:
+        _plan_cache.clear()
+
+
+def _runner_is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _choose_plan(layer: str, python: str | None, run: RunInPlan) -> LayerPlan:
+    privileged = _runner_is_root()
+    interpreters = [python] if python else default_interpreters()
+    problems: list[str] = []
+    if layer in ("auto", STRONG):
+        bwrap = find_bwrap()
+        if bwrap is None:
+            problems.append("strong layer: bubblewrap (bwrap) is not installed; run scripts/install_system_deps.sh")
+        else:
+            plan = LayerPlan(STRONG, describe_interpreter(interpreters[0]), bwrap, privileged)
+            why = probe(plan, run)
+            if why is None:
+                return plan
+            problems.append(f"strong layer: bubblewrap does not work here: {why}")
+        if layer == STRONG:
+            raise InfrastructureError("; ".join(problems))
+        if not privileged:
+            # Without root the fallback cannot give the program a uid of its own: the program could read
+            # this user's files and kill(-1) every process of the user, the trainer included. Fail closed.
+            raise InfrastructureError(
+                "; ".join(problems) + "; the fallback layer without root runs programs as this user (no private "
+                "uid, no network isolation), so it is only used when asked for: Sandbox(layer='fallback') or "
+                f"{DEFAULT_LAYER_ENV}=fallback"
+            )
+        logger.warning("sandbox falls back to the weaker layer (no namespaces, see docs/sandbox.md): %s",
+                       "; ".join(problems))
+    for executable in interpreters:
+        try:
+            plan = LayerPlan(FALLBACK, describe_interpreter(executable), None, privileged)
+        except InfrastructureError as exc:
+            problems.append(str(exc))
+            continue
+        why = probe(plan, run)
+        if why is None:
+            if not privileged:
+                logger.warning("sandbox fallback layer runs programs as this user (uid %d): no private uid, "
+                               "no network isolation, approximate process limit", os.geteuid())
+            return plan
+        problems.append(f"fallback layer with {executable}: {why}")
+    raise InfrastructureError("no sandbox layer works: " + "; ".join(problems))

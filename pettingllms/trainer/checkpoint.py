@@ -2,13 +2,15 @@
 
 Layout: ``<run>/checkpoints/step_000010/{trainer_state.json, <policy>/...}`` and ``<run>/checkpoints/latest``
 (a text file holding the directory name). A crash at any point leaves either the old or the new checkpoint,
-never a half-written one that ``latest`` points to.
+never a half-written one that ``latest`` points to. ``prune_checkpoints`` keeps the newest N
+(``training.max_ckpt_to_keep``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any, Callable
 
 LATEST = "latest"
 STATE_FILE = "trainer_state.json"
+_STEP_DIR = re.compile(r"step_\d{6,}")
 
 
 def step_dir_name(step: int) -> str:
@@ -40,6 +43,22 @@ def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_
         raise
     _write_atomic(root / LATEST, final.name)
     return final
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` step directories (``keep <= 0``: keep every one). The checkpoint that
+    ``latest`` names is never deleted. Returns the deleted directories, oldest first."""
+    if keep <= 0 or not root.is_dir():
+        return []
+    steps = sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name)
+    latest = latest_checkpoint(root)
+    doomed = [p for p in steps[:-keep] if latest is None or p.name != latest.name]
+    for path in doomed:
+        # Rename first, so a crash mid-delete never leaves a half step directory that looks like a checkpoint.
+        trash = root / f".del-{path.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return doomed
 
 
 def latest_checkpoint(root: Path) -> Path | None:

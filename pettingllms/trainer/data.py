@@ -1,59 +1,345 @@
 """Where problems come from, and a resumable cursor over them.
 
-Training problems come from ``data/<domain>/train/<env.dataset>.parquet`` or, for envs that generate their
-tasks, from ``env.procedural_problems("train", n)``. Validation benchmarks come from
-``data/<domain>/test/<name>.parquet`` or the env's "test" split. A missing file is an error that names the
-loader command that makes it; nothing falls back to a default puzzle.
+``env.dataset`` (training) and each entry of ``env.benchmark`` (validation) is one of:
+- a **name**: ``data/<domain>/<split>/<name>.parquet`` under ``env.data_root`` (what the loaders write;
+  ``<domain>`` is the env's ``domain`` attribute);
+- a **local file**: a path ending in ``.parquet``, ``.jsonl`` or ``.json``;
+- a **hub id** ``owner/name`` (optionally ``owner/name:split``), read with ``datasets.load_dataset`` (a local
+  dataset folder works the same way); a hub dataset the loaders know (POLARIS, AIME, ...) is converted as the
+  loader converts it;
+- a **list** of those: their problems one after another (for ``env.benchmark``: one validation set each);
+- a **mixture** ``{name: weight, ...}``: the largest sample that keeps the weights, drawn without replacement
+  and seeded by ``training.seed``.
+
+Unset ``env.dataset`` means the env generates its training problems (``env.procedural_problems("train", n)``);
+an empty ``env.benchmark`` validates on the env's own "test" split when it has one. Each row becomes a
+``Problem`` whose data is the row and whose id is the row's ``id`` column (else ``<label>/<row>``). A missing file
+is an error naming the command that makes it; nothing falls back to a default puzzle.
 """
 
 from __future__ import annotations
 
+import math
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pettingllms.core import DataError, Env, Problem
 
 PROCEDURAL_TRAIN_SIZE = 100_000  # generated problems per epoch when an env makes its own tasks
 PROCEDURAL_TEST_SIZE = 50
+PROCEDURAL = "procedural"
+FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_HUB_ID = re.compile(r"(?P<id>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?::(?P<split>[\w.\-]+))?")
 
 
 def dataset_path(data_root: str | Path, domain: str, split: str, name: str) -> Path:
     return Path(data_root) / domain / split / f"{name}.parquet"
 
 
-def load_problems(path: Path, domain: str, name: str) -> list[Problem]:
-    """Rows of a parquet file as problems with stable ids ``<name>/<row>`` (or the row's ``id`` column)."""
-    if not path.is_file():
-        raise DataError(
-            f"dataset file {path} does not exist. Make it with: "
-            f"python scripts/dataprocess/load_{domain}.py (see docs/datasets.md)"
-        )
-    import pyarrow.parquet as pq
+# ----------------------------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class DataSource:
+    """One place problems come from: a named file of the data tree, a local file, or a hub dataset."""
 
-    rows = pq.read_table(path).to_pylist()
-    if not rows:
-        raise DataError(f"dataset file {path} is empty")
-    return [Problem(str(row.get("id", f"{name}/{i}")), row) for i, row in enumerate(rows)]
+    kind: str  # name | file | hub
+    spec: str  # as the user wrote it
+    label: str  # prefix of generated problem ids, and the benchmark's key (val/<label>/...)
+    domain: str
+    split: str  # train | test: the data-tree split; for hub datasets the split asked of load_dataset
+    path: Path | None = None  # name, file
+
+    def describe(self) -> str:
+        if self.kind == "hub":
+            return f"hub dataset {self.spec} (split {self.split}; read at start-up)"
+        size = _row_count(self.path) if self.path.suffix == ".parquet" else None
+        return f"{self.path}" + (f" ({size} rows)" if size is not None else "")
+
+    def check(self) -> None:
+        """Raise DataError if a file is missing. A hub dataset is only checked when it is read."""
+        if self.kind == "name" and not self.path.is_file():
+            from pettingllms.data.catalog import make_command
+
+            raise DataError(f"dataset {self.spec!r}: {self.path} does not exist. "
+                            f"{make_command(self.domain, self.split, self.spec)}")
+        if self.kind == "file" and not self.path.is_file():
+            raise DataError(f"dataset file {self.path} does not exist (from {self.spec!r}; relative paths are from "
+                            f"the current directory {Path.cwd()})")
+
+    def load(self) -> list[Problem]:
+        self.check()
+        rows = _read_hub(self) if self.kind == "hub" else _read_file(self.path)
+        if not rows:
+            raise DataError(f"dataset {self.describe()} is empty")
+        _check_columns(self, rows[0])
+        return [Problem(str(row.get("id") or f"{self.label}/{i}"), row) for i, row in enumerate(rows)]
 
 
-def training_problems(env: Env, data_root: str, dataset: str | None) -> list[Problem]:
+def parse_source(entry: Any, domain: str, data_root: str | Path, split: str) -> DataSource:
+    """Classify one entry: a data-tree name, a local file, or a hub id. Raises DataError for anything else."""
+    text = str(entry).strip()
+    if not text:
+        raise DataError(f"empty dataset entry in {_key(split)}")
+    expanded = Path(text).expanduser()
+    if text.lower().endswith(FILE_SUFFIXES):
+        return DataSource("file", text, _label(expanded.stem), domain, split, expanded)
+    if "/" not in text and "\\" not in text and _NAME.fullmatch(text):
+        return DataSource("name", text, text, domain, split, dataset_path(data_root, domain, split, text))
+    hub = _HUB_ID.fullmatch(text)
+    if hub or expanded.is_dir():
+        hub_id, hub_split = (hub.group("id"), hub.group("split") or split) if hub else (text, split)
+        label = _label(hub_id.rstrip("/").rsplit("/", 1)[-1] + (f"_{hub.group('split')}" if hub and hub.group("split") else ""))
+        return DataSource("hub", hub_id, label, domain, hub_split)
+    raise DataError(f"{_key(split)} entry {text!r} is not a dataset name (data/<domain>/{split}/<name>.parquet), a "
+                    f"file ({', '.join(FILE_SUFFIXES)}) or a hub id (owner/name[:split])")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """A resolved ``env.dataset`` value (or one benchmark): its sources, and weights when it is a mixture."""
+
+    parts: tuple[DataSource, ...]
+    weights: tuple[float, ...] | None = None  # a mixture; None: the parts one after another
+
+    @property
+    def label(self) -> str:
+        return "+".join(p.label for p in self.parts)
+
+    def describe(self) -> str:
+        if self.weights is None:
+            return " + ".join(p.describe() for p in self.parts)
+        return "mixture of " + ", ".join(f"{w:g} x {p.describe()}" for p, w in zip(self.parts, self.weights))
+
+    def check(self) -> None:
+        for part in self.parts:
+            part.check()
+
+    def load(self, seed: int = 0) -> list[Problem]:
+        loaded = [part.load() for part in self.parts]
+        if self.weights is None:
+            return [problem for problems in loaded for problem in problems]
+        return mixture(loaded, self.weights, seed)
+
+
+def parse_spec(value: Any, domain: str, data_root: str | Path, split: str) -> DataSpec:
+    """A name/file/hub id, a list of them, or a ``{entry: weight}`` mixture."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise DataError(f"{_key(split)}: an empty mixture")
+        parts = tuple(parse_source(entry, domain, data_root, split) for entry in value)
+        try:
+            weights = tuple(float(w) for w in value.values())
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{_key(split)} mixture {dict(value)}: weights must be numbers") from exc
+        if any(w < 0 or not math.isfinite(w) for w in weights) or sum(weights) <= 0:
+            raise DataError(f"{_key(split)} mixture {dict(value)}: weights must be >= 0 with a positive sum")
+        return DataSpec(parts, weights)
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise DataError(f"{_key(split)}: an empty list")
+        nested = [v for v in value if isinstance(v, (Mapping, list, tuple))]
+        if nested:
+            raise DataError(f"{_key(split)}: a list holds names, files or hub ids, not {nested[0]!r}")
+        return DataSpec(tuple(parse_source(v, domain, data_root, split) for v in value))
+    return DataSpec((parse_source(value, domain, data_root, split),))
+
+
+def mixture(parts: Sequence[Sequence[Problem]], weights: Sequence[float], seed: int) -> list[Problem]:
+    """The largest sample of ``parts`` whose sizes follow ``weights``, without replacement, shuffled with ``seed``.
+
+    ``n_i = floor(N * w_i / sum(w))`` with the largest N for which every ``n_i <= len(part_i)``."""
+    total = sum(weights)
+    size = min(len(p) * total / w for p, w in zip(parts, weights) if w > 0)
+    rng = random.Random(f"mixture/{seed}")
+    chosen: list[Problem] = []
+    for problems, weight in zip(parts, weights):
+        take = min(len(problems), math.floor(size * weight / total + 1e-9))
+        chosen += rng.sample(list(problems), take)
+    rng.shuffle(chosen)
+    if not chosen:
+        raise DataError("the mixture drew no problems (all weights round down to 0 rows)")
+    return chosen
+
+
+# ----------------------------------------------------------------------------------------------- what runs read
+def training_spec(env: Env, data_root: str | Path, dataset: Any) -> DataSpec | None:
+    """The training data of a run; None when the env generates its problems."""
     if dataset is None:
+        return None
+    return parse_spec(dataset, _domain(env), data_root, "train")
+
+
+def benchmark_specs(env: Env, data_root: str | Path, benchmark: Any) -> dict[str, DataSpec | None]:
+    """Validation sets by label (None: the env's own test split). ``[]`` = the env's test split if it has one."""
+    entries = benchmark_entries(benchmark)
+    if not entries:
+        return {PROCEDURAL: None} if generates_problems(env) else {}
+    specs: dict[str, DataSpec | None] = {}
+    for entry in entries:
+        spec = None if entry == PROCEDURAL else parse_spec(entry, _domain(env), data_root, "test")
+        label = PROCEDURAL if spec is None else spec.label
+        if label in specs:
+            raise DataError(f"env.benchmark lists {label!r} twice (entries {entries})")
+        specs[label] = spec
+    return specs
+
+
+def training_problems(env: Env, data_root: str | Path, dataset: Any, seed: int = 0) -> list[Problem]:
+    spec = training_spec(env, data_root, dataset)
+    if spec is None:
+        if not generates_problems(env):
+            raise _no_training_data(env)
         return list(env.procedural_problems("train", PROCEDURAL_TRAIN_SIZE))
-    domain = getattr(env, "domain", "misc")
-    return load_problems(dataset_path(data_root, domain, "train", dataset), domain, dataset)
+    return spec.load(seed)
 
 
-def benchmark_problems(env: Env, data_root: str, benchmark: str, limit: int = 0) -> list[Problem]:
-    """The first ``limit`` problems (0 = all) of a benchmark; "procedural" uses the env's own test split."""
-    if benchmark in ("", "procedural"):
+def benchmark_problems(env: Env, data_root: str | Path, benchmark: Any, limit: int = 0) -> list[Problem]:
+    """The first ``limit`` problems (0 = all) of one benchmark; "procedural" uses the env's own test split."""
+    if benchmark in ("", PROCEDURAL):
         return list(env.procedural_problems("test", limit or PROCEDURAL_TEST_SIZE))
-    domain = getattr(env, "domain", "misc")
-    problems = load_problems(dataset_path(data_root, domain, "test", benchmark), domain, benchmark)
+    problems = parse_spec(benchmark, _domain(env), data_root, "test").load()
     return problems[:limit] if limit > 0 else problems
 
 
+def benchmark_label(entry: Any) -> str:
+    """The key a benchmark entry is reported under: a name, a file's stem, a hub id's last part, ``a+b`` for a
+    mixture."""
+    if entry in ("", PROCEDURAL):
+        return PROCEDURAL
+    return parse_spec(entry, "misc", ".", "test").label
+
+
+def benchmark_sets(env: Env, data_root: str | Path, benchmark: Any, limit: int = 0) -> dict[str, list[Problem]]:
+    """Every validation set of ``env.benchmark`` by label, each cut to its first ``limit`` problems (0 = all)."""
+    out = {}
+    for label, spec in benchmark_specs(env, data_root, benchmark).items():
+        if spec is None:
+            out[label] = list(env.procedural_problems("test", limit or PROCEDURAL_TEST_SIZE))
+        else:
+            problems = spec.load()
+            out[label] = problems[:limit] if limit > 0 else problems
+    return out
+
+
+def describe_data(env: Env, data_root: str | Path, dataset: Any, benchmark: Any) -> list[str]:
+    """Where a run's problems come from, checking that every file exists (``--dry-run``). Raises DataError."""
+    spec = training_spec(env, data_root, dataset)
+    if spec is None:
+        if not generates_problems(env):
+            raise _no_training_data(env)
+        lines = [f"train:    generated by {type(env).__name__}.procedural_problems('train', n)"]
+    else:
+        spec.check()
+        lines = [f"train:    {spec.describe()}"]
+    for label, bench in benchmark_specs(env, data_root, benchmark).items():
+        if bench is None:
+            lines.append(f"validate: {label}: generated by {type(env).__name__}.procedural_problems('test', n)")
+        else:
+            bench.check()
+            lines.append(f"validate: {label}: {bench.describe()}")
+    return lines
+
+
+def _no_training_data(env: Env) -> DataError:
+    name = type(env).__name__
+    hint = ("a name of the data tree, a .parquet/.jsonl file or a hub id (docs/datasets.md)"
+            if _domain(env) != "misc" else "a .parquet/.jsonl file with one row per problem, or a hub id")
+    return DataError(f"env.dataset is unset, so the env must generate its training problems, but {name} does not "
+                     f"implement procedural_problems(split, count). Either set env.dataset to {hint}, or implement "
+                     f"{name}.procedural_problems (see docs/custom_env.md, 'Where problems come from')")
+
+
+def generates_problems(env: Env) -> bool:
+    """Whether the env makes its own problems (overrides ``Env.procedural_problems``)."""
+    try:
+        env.procedural_problems("test", 1)
+    except DataError:
+        return False
+    return True
+
+
+def load_problems(path: Path, domain: str, name: str) -> list[Problem]:
+    """Rows of one data-tree parquet file as problems (``id`` column, else ``<name>/<row>``)."""
+    return DataSource("name", name, name, domain, path.parent.name, Path(path)).load()
+
+
+# ----------------------------------------------------------------------------------------------- reading
+def _read_file(path: Path) -> list[dict[str, Any]]:
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises its own error types
+            raise DataError(f"cannot read parquet file {path}: {exc}") from exc
+    from pettingllms.data.sources import read_local
+
+    return read_local(path)
+
+
+def _read_hub(source: DataSource) -> list[dict[str, Any]]:
+    """``datasets.load_dataset(id, split=...)``: the hub (or its cache), or a local dataset folder of that name."""
+    import datasets
+
+    from pettingllms.data.catalog import hub_source
+    from pettingllms.data.sources import convert_rows
+
+    known = hub_source(source.domain, source.spec, source.split)
+    try:
+        table = datasets.load_dataset(source.spec, known.config if known else None, split=source.split)
+    except Exception as exc:  # datasets raises many types (connection, missing split, missing files)
+        raise DataError(
+            f"cannot load hub dataset {source.spec!r} (split {source.split!r}): {type(exc).__name__}: "
+            f"{str(exc)[:300]}. Without a network, give a local file instead (a .parquet/.jsonl path), or make it "
+            f"once where a network exists (docs/datasets.md)") from exc
+    rows = [dict(row) for row in table]
+    return convert_rows(known, rows) if known is not None else rows
+
+
+def _check_columns(source: DataSource, row: Mapping[str, Any]) -> None:
+    from pettingllms.data.catalog import loader_script, required_columns
+
+    missing = [c for c in required_columns(source.domain) if c not in row]
+    if missing:
+        script = loader_script(source.domain)
+        raise DataError(f"dataset {source.describe()}: rows lack column(s) {missing} that {source.domain} envs read; "
+                        f"they have {sorted(row)}. Convert the file with python {script} --from-file FILE --name NAME "
+                        f"[--format SOURCE] (docs/datasets.md)")
+
+
+def _row_count(path: Path) -> int | None:
+    try:
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(path).num_rows
+    except Exception:  # only for the description; load() reports a broken file properly
+        return None
+
+
+def benchmark_entries(benchmark: Any) -> list[Any]:
+    if benchmark is None or benchmark == "":
+        return []
+    if isinstance(benchmark, (list, tuple)):
+        return list(benchmark)
+    return [benchmark]  # one name/file/hub id, or one mixture
+
+
+def _domain(env: Env) -> str:
+    return getattr(env, "domain", "misc")
+
+
+def _key(split: str) -> str:
+    return "env.dataset" if split == "train" else "env.benchmark"
+
+
+def _label(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text) or "data"
+
+
+# ----------------------------------------------------------------------------------------------- cursor
 @dataclass
 class DataCursor:
     """Walks shuffled epochs of ``epoch_size`` problems. Its state is two integers, saved in checkpoints."""

@@ -1,10 +1,14 @@
-"""A progress bar over training steps that also prints one line per step (readable in CI logs)."""
+"""A progress bar over training steps that also prints one line per step (readable in CI logs). The same line
+goes to train.log (``run_dir.STEP_LOGGER``)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Mapping
 
 from tqdm import tqdm
+
+from pettingllms.trainer.run_dir import STEP_LOGGER
 
 HEADLINE = ("episode/success_rate", "episode/team_reward_mean", "timing/step_s")
 
@@ -23,7 +27,9 @@ class StepProgress:
         parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
         parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
         val = [f"{k} {v:.3f}" for k, v in metrics.items() if k.startswith("val/") and k.endswith("success_rate")]
-        tqdm.write(" | ".join(parts + val))
+        line = " | ".join(parts + val)
+        tqdm.write(line)
+        logging.getLogger(STEP_LOGGER).info(line)
         self.bar.set_postfix(reward=f"{reward:.3f}")
         self.bar.update(1)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from dataclasses import dataclass
 from typing import Sequence
@@ -13,7 +12,7 @@ from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
-from pettingllms.core.registry import get_env_class
+from pettingllms.core.registry import get_env_class, import_modules
 from pettingllms.learner import KLConfig, LearnerConfig
 from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
@@ -38,8 +37,7 @@ class RunPlan:
 
 
 def build_env(cfg: Config) -> Env:
-    for module in cfg.env.imports:
-        importlib.import_module(module)  # lets a user's module register its envs before lookup
+    import_modules(cfg.env.imports, "env.imports")  # a user's module may register its envs before lookup
     env_cls = get_env_class(cfg.env.name)
     try:
         return env_cls(max_turns=cfg.env.max_turns, **dict(cfg.env.options))

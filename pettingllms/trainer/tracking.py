@@ -5,7 +5,8 @@
   is accepted in ``training.logger`` so that configs written for the reference (``[console,wandb]``) keep working.
 - ``tensorboard``: event files under ``<run_dir>/tensorboard`` (``tensorboard --logdir logs``).
 - ``wandb``: Weights & Biases. With ``WANDB_MODE=offline`` the run is written under ``<run_dir>/wandb`` and
-  nothing touches the network; upload it later with ``wandb sync <run_dir>/wandb/offline-run-*``.
+  nothing touches the network; upload it later with ``wandb sync <run_dir>/wandb/offline-run-*``. A resumed
+  training run continues its W&B run (the id is kept in ``<run_dir>/wandb_run_id``).
 
 TensorBoard and W&B come with the ``trackers`` extra: ``pip install -e '.[trackers]'``.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import uuid
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
@@ -68,15 +70,19 @@ class TensorBoardTracker:
 
 
 class WandbTracker:
-    """One W&B run per training run, with the resolved config. ``WANDB_MODE=offline`` works without a network."""
+    """One W&B run per training run, with the resolved config. ``WANDB_MODE=offline`` works without a network.
+
+    The run id is kept in ``<run_dir>/wandb_run_id``: a resumed training run (same run directory) continues the
+    same W&B run (``resume="allow"``) instead of starting a new one."""
 
     def __init__(self, run_dir: Path, project: str, name: str, config: Mapping) -> None:
         import wandb
 
+        self.run_id = wandb_run_id(run_dir)
         try:
             # finish_previous: a sweep runs several trainings in one process, each with its own W&B run.
             self.run = wandb.init(project=project, name=name, dir=str(run_dir), config=dict(config),
-                                  reinit="finish_previous")
+                                  id=self.run_id, resume="allow", reinit="finish_previous")
         except Exception as exc:  # wandb raises its own error types (UsageError, CommError, ...)
             raise ConfigError(
                 f"could not start Weights & Biases for training.logger=wandb: {exc}. Without a network or an "
@@ -89,6 +95,19 @@ class WandbTracker:
 
     def close(self) -> None:
         self.run.finish()
+
+
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """The W&B run id of this run directory: the stored one, else a new one, stored before the run starts."""
+    path = Path(run_dir) / WANDB_ID_FILE
+    if path.is_file() and path.read_text().strip():
+        return path.read_text().strip()
+    run_id = uuid.uuid4().hex[:16]  # W&B ids: letters and digits
+    path.write_text(run_id + "\n")
+    return run_id
 
 
 def check_backends(backends: Sequence[str]) -> None:

@@ -6,6 +6,7 @@ weight sync -> metrics; ``fit`` adds validation every ``training.val_freq`` step
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,7 +24,7 @@ from pettingllms.models import resolve_model
 from pettingllms.rollout.executor import Executor
 from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer import checkpoint as ckpt
-from pettingllms.trainer.data import DataCursor, benchmark_problems, training_problems
+from pettingllms.trainer.data import DataCursor, benchmark_sets, training_problems
 from pettingllms.trainer.metrics import episode_metrics, prefixed, sample_metrics
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.run_dir import (
@@ -32,6 +33,7 @@ from pettingllms.trainer.run_dir import (
     find_resumable_run,
     new_run_dir,
     truncate_summary,
+    write_training_samples,
     write_validation_records,
 )
 from pettingllms.trainer.setup import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
@@ -48,19 +50,45 @@ class StepResult:
 
 
 class Trainer:
+    """One training run.
+
+    Lifecycle: constructing a Trainer sets the run up (plan, data, run directory and its log file, the policy
+    workers, preflight checks, resume, trackers). ``close()`` releases everything that setup started (trackers,
+    workers and their Ray placement groups, the log file handler); ``fit()`` closes at its end, and
+    ``with Trainer(cfg) as trainer:`` closes on leaving the block. If setup fails part-way, what it had already
+    started is released before the error propagates, so a failed job leaves no actor or handler behind.
+    """
+
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
+        self.policies = None
+        self.trackers: list = []
+        self._release = contextlib.ExitStack()  # undo actions of setup, run in reverse order by close()
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _setup(self) -> None:
+        cfg = self.cfg
         self.plan: RunPlan = plan(cfg)  # config errors surface here, before anything is loaded
-        self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset)
-        self.benchmarks = {name: benchmark_problems(self.plan.env, cfg.env.data_root, name, cfg.env.max_val_problems)
-                           for name in (cfg.env.benchmark or self._default_benchmarks())}
+        self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset, cfg.training.seed)
+        self.benchmarks = benchmark_sets(self.plan.env, cfg.env.data_root, cfg.env.benchmark, cfg.env.max_val_problems)
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
         for spec in self.plan.worker_specs:
             resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
         self.run_dir, resume_from = self._choose_run_dir()
-        self._log_handler = attach_file_logger(self.run_dir)
+        self._release.callback(detach_file_logger, attach_file_logger(self.run_dir))
         self.policies = PolicyGroup(self.plan.worker_specs, cfg.resources.use_ray, cfg.resources.num_cpus,
                                     cfg.resources.ray_namespace)
+        self._release.callback(self._shutdown_policies)
         clients = self.policies.clients()
         self._preflight(clients)
         self.executor = Executor(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
@@ -69,6 +97,7 @@ class Trainer:
             self._resume(resume_from)
         self.trackers = make_trackers(cfg.training.logger, self.run_dir, cfg.training.project_name,
                                       cfg.training.experiment_name, OmegaConf.to_container(OmegaConf.structured(cfg)))
+        self._release.callback(self._close_trackers)
 
     # ------------------------------------------------------------------------------------------- the loop
     def fit(self) -> list[StepResult]:
@@ -91,8 +120,10 @@ class Trainer:
                     self.step_done = step
                     if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or step == stop_at:
                         self.save_checkpoint(step)
+                        ckpt.prune_checkpoints(self.run_dir / "checkpoints", cfg.max_ckpt_to_keep)
             if self.step_done == cfg.total_training_steps:
                 self._finish()
+            self._report_validation()
         finally:
             self.close()
         return results
@@ -108,12 +139,16 @@ class Trainer:
             if self.plan.agent_specs[sample.agent].trainable:
                 per_policy[sample.policy].append(sample)
         # 3. Groups (problem, turn, agent) and advantages, per policy.
-        batches, metrics = {}, {}
+        batches, metrics, scored_by_policy = {}, {}, {}
         for policy in self.plan.policies:
             scored = score_samples(per_policy.get(policy, []), self.plan.advantage_config)
             kept = [i for i, keep in enumerate(scored.in_loss) if keep]
             batches[policy] = ([per_policy[policy][i] for i in kept], [scored.advantages[i] for i in kept])
             metrics.update(prefixed(f"{policy}/grpo", scored.metrics))
+            scored_by_policy[policy] = (per_policy.get(policy, []), scored.advantages, scored.in_loss)
+        if self.cfg.training.save_samples_freq > 0 and step % self.cfg.training.save_samples_freq == 0:
+            write_training_samples(self.run_dir, step, scored_by_policy,  # to inspect groups: docs/training.md
+                                   {p: c.codec.decode for p, c in self.executor.clients.items()})
         # 4-5. Update every trainable policy in parallel; the engines then generate with the new weights.
         updates = self.policies.update({p: b for p, b in batches.items() if self.plan.policies[p].trainable})
         for policy, values in updates.items():
@@ -122,6 +157,7 @@ class Trainer:
         metrics.update(sample_metrics(rollout.samples))
         metrics.update(episode_metrics(rollout.episodes))
         metrics.update(prefixed("timing", rollout.timings))
+        metrics["rollout/generated_tokens"] = float(sum(len(s.response_ids) for s in rollout.samples))
         metrics["timing/update_s"] = max((u.get("timing/update_s", 0.0) for u in updates.values()), default=0.0)
         metrics["timing/sync_s"] = max((u.get("timing/sync_s", 0.0) for u in updates.values()), default=0.0)
         metrics["timing/step_s"] = time.perf_counter() - start
@@ -179,13 +215,6 @@ class Trainer:
         return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     # ------------------------------------------------------------------------------------------- helpers
-    def _default_benchmarks(self) -> list[str]:
-        try:
-            self.plan.env.procedural_problems("test", 1)
-        except Exception:
-            return []
-        return ["procedural"]
-
     def _preflight(self, clients) -> None:
         limit = self.cfg.training.max_prompt_length
         check_prompts(self.plan, clients, self.train_problems[:PREFLIGHT_PROBLEMS], limit, "training")
@@ -205,12 +234,38 @@ class Trainer:
 
             plot_run(self.run_dir)
 
+    def _report_validation(self) -> None:
+        """Print each benchmark's held-out success before training and at the latest validation."""
+        from pettingllms.trainer.plots import read_summary
+
+        try:
+            rows = read_summary(self.run_dir)
+        except Exception:  # noqa: BLE001 - a run that logged nothing has nothing to report
+            return
+        for name, problems in self.benchmarks.items():
+            key = f"val/{name}/success_rate"
+            seen = [(int(r["step"]), r[key]) for r in rows if key in r]
+            if len(seen) >= 1:
+                (first_step, first), (last_step, last) = seen[0], seen[-1]
+                line = (f"held-out {name} ({len(problems)} problems, validation sampling): success {first:.3f} at "
+                        f"step {first_step} -> {last:.3f} at step {last_step} ({100 * (last - first):+.1f} points)")
+                print(line, flush=True)
+                log.info(line)
+
     def close(self) -> None:
-        for tracker in getattr(self, "trackers", []):
-            tracker.close()
-        if getattr(self, "policies", None) is not None:
-            self.policies.shutdown()
-            self.policies = None
-        if getattr(self, "_log_handler", None) is not None:
-            detach_file_logger(self._log_handler)
-            self._log_handler = None
+        """Release what setup started: trackers, then the workers (actors, placement groups), then the log file.
+        Idempotent."""
+        self._release.close()
+
+    def _close_trackers(self) -> None:
+        trackers, self.trackers = self.trackers, []
+        for tracker in trackers:
+            try:
+                tracker.close()
+            except Exception:  # one tracker failing to flush must not keep the workers alive
+                log.exception("closing tracker %s failed", type(tracker).__name__)
+
+    def _shutdown_policies(self) -> None:
+        policies, self.policies = self.policies, None
+        if policies is not None:
+            policies.shutdown()

@@ -1,8 +1,13 @@
-"""Runs the worked example in docs/custom_env.md: a user's env works by name with no platform edit."""
+"""docs/custom_env.md is a test: its example module, run with exactly the commands on the page from a directory
+outside the repository, passes the checker and trains; and in-process it rolls out as the page says."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,27 +20,77 @@ from pettingllms.rollout.executor import AgentSpec, Executor, RolloutConfig
 from pettingllms.rollout.policy_client import LocalPolicyClient
 from pettingllms.rollout.scripted import ScriptedEngine
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "custom_env.md"
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "custom_env.md"
 
 
-def install_example(tmp_path, monkeypatch):
-    code = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)[0]
-    package = tmp_path / "my_envs"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "guess.py").write_text(code)
+def page_module() -> tuple[str, str]:
+    """(the file name the page says to save the example as, the example's code)."""
+    text = DOC.read_text()
+    (name,) = re.findall(r"Save this as `([^`]+)`", text)
+    code = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    return name, code
+
+
+def page_commands() -> list[str]:
+    """The shell commands of the page's 'Try it' section, continuation lines joined."""
+    section = DOC.read_text().split("## Try it", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def install_example(tmp_path, monkeypatch) -> str:
+    name, code = page_module()
+    (tmp_path / name).write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m.startswith("my_envs")]:
-        del sys.modules[name]
+    module = Path(name).stem
+    sys.modules.pop(module, None)
+    return module
+
+
+def test_the_pages_commands_check_and_train_from_a_directory_outside_the_repository(tmp_path):
+    name, code = page_module()
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    (workdir / name).write_text(code)
+    assert REPO not in workdir.parents
+    commands = page_commands()
+    assert [c.split()[:2] for c in commands if c.startswith("pettingllms")] == [
+        ["pettingllms", "check-env"], ["pettingllms", "check-env"], ["pettingllms", "train"], ["pettingllms", "train"]]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1")
+    env.pop("PYTHONPATH", None)  # the user's module must be found because the command runs next to it
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+    (procedural,) = workdir.glob("logs/guess/*/*")
+    rows = [json.loads(line) for line in (procedural / "summary.log").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and "policy_0/guesser/reward_mean" in rows[1]
+    groups = [json.loads(line) for line in (procedural / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    assert {g["agent"] for g in groups} == {"guesser", "judge"}
+    assert all(len(g["candidates"]) == 2 and g["prompt"] for g in groups)  # K=2 candidates share one prompt
+    assert "step 2/2" in (procedural / "train.log").read_text()
+    (from_rows,) = workdir.glob("logs/guess_rows/*/*")
+    first_step = json.loads((from_rows / "summary.log").read_text().splitlines()[-1])
+    assert first_step["step"] == 1 and first_step["policy_0/guesser/samples"] > 0
+
+
+def test_the_train_command_quoted_on_the_page_parses_as_overrides():
+    for command in page_commands():
+        if command.startswith("pettingllms train"):
+            args = shlex.split(command)[2:]
+            assert all("=" in a and not a.startswith("-") for a in args), args
 
 
 def test_doc_example_passes_check_env_and_rolls_out(tmp_path, monkeypatch, capsys):
-    install_example(tmp_path, monkeypatch)
-    assert main(["check-env", "my_envs.guess:GuessEnv"]) == 0, capsys.readouterr().out
+    module = install_example(tmp_path, monkeypatch)
+    assert main(["check-env", f"{module}:GuessEnv"]) == 0, capsys.readouterr().out
 
-    env = get_env_class("my_envs.guess:GuessEnv")(max_turns=3)
+    env = get_env_class(f"{module}:GuessEnv")(max_turns=3)
     assert check_env(env).ok
     assert get_env_class("guess") is type(env)  # the module's register_env ran on import
+    train, test = env.procedural_problems("train", 50), env.procedural_problems("test", 50)
+    assert not {p.problem_id for p in train} & {p.problem_id for p in test}
 
     def script(prompt, k, request):
         if "Guess my number" in prompt:
@@ -49,7 +104,55 @@ def test_doc_example_passes_check_env_and_rolls_out(tmp_path, monkeypatch, capsy
     specs = {n: AgentSpec(a, "p", sampling, sampling) for n, a in make_agents(env).items()}
     executor = Executor(env, specs, {"p": LocalPolicyClient(engine, engine.codec)},
                         RolloutConfig(branching=9, max_prompt_length=10_000))
-    result = executor.run([Problem("g0"), Problem("g1")], seeds=[3, 4])
+    result = executor.run([Problem("g0"), Problem("g1", {"secret": 4})], seeds=[3, 4])
     assert all(e.success and e.terminated and e.turns == 1 for e in result.episodes)
     guesser_rewards = [s.reward for s in result.samples if s.agent == "guesser" and s.group[0] == 0]
     assert sorted(guesser_rewards) == [0.0] * 8 + [1.0]
+
+
+def test_a_dataset_row_becomes_the_problem_reset_reads(tmp_path, monkeypatch):
+    from pettingllms.trainer.data import training_problems
+
+    module = install_example(tmp_path, monkeypatch)
+    rows = tmp_path / "guess_rows.jsonl"
+    rows.write_text('{"id": "g1", "secret": 3}\n{"secret": 8}\n')
+    env = get_env_class(f"{module}:GuessEnv")()
+    problems = training_problems(env, tmp_path / "data", str(rows))
+    assert problems[0] == Problem("g1", {"id": "g1", "secret": 3})
+    assert problems[1].problem_id == "guess_rows/1" and problems[1].data["secret"] == 8  # no id: <stem>/<row>
+    assert env.reset(problems[1], seed=0).secret == 8
+
+
+def test_env_imports_failures_are_clean_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken_env.py").write_text("import not_installed_dependency\n")
+    cases = {
+        "env.imports=[no_such_module]": "no module named 'no_such_module' on the Python path",
+        "env.imports=[broken_env]": "importing 'broken_env' failed: No module named 'not_installed_dependency'",
+        "env.name=no_such_module:Env": "no module named 'no_such_module'",
+    }
+    for override, message in cases.items():
+        sys.modules.pop("broken_env", None)
+        assert main(["train", "--dry-run", override]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
+def test_check_env_takes_a_short_name_from_imported_modules(tmp_path, monkeypatch, capsys):
+    module = install_example(tmp_path, monkeypatch)
+    assert main(["check-env", "--imports", module, "guess"]) == 0, capsys.readouterr().out
+    sys.modules.pop(module, None)
+    assert main(["check-env", f"env.imports=[{module}]", "guess"]) == 0  # the training key, pasted
+    assert main(["check-env", "--imports", "no_such_module", "guess"]) == 2
+    assert "no module named 'no_such_module'" in capsys.readouterr().err
+
+
+def test_the_command_makes_the_current_directory_importable(tmp_path, monkeypatch):
+    from pettingllms.cli import make_cwd_importable
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    make_cwd_importable()
+    assert sys.path[-1] == str(tmp_path)
+    make_cwd_importable()
+    assert sys.path.count(str(tmp_path)) == 1

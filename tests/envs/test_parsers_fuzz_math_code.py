@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pettingllms.envs.code import parsing
+from pettingllms.envs.common import parsing
 from pettingllms.envs.code.env import CodeEnv
 from pettingllms.envs.math.env import MathEnv
 from pettingllms.core.checker import GARBAGE_RESPONSES, random_responses

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from pettingllms.core.errors import ConfigError
-from pettingllms.models import resolve
-from pettingllms.models.resolve import MANIFEST, resolve_model
+from pettingllms.models import aliases
+from pettingllms.models.aliases import MANIFEST
+from pettingllms.models.resolve import resolve_model
 
 
 def test_packaged_alias_is_converted_once_and_reused(smollm2_dir):
@@ -42,7 +43,7 @@ def test_converted_tokenizer_has_chat_template_and_right_special_tokens(smollm2_
 def test_converted_weights_equal_the_dequantized_gguf(smollm2_dir):
     from transformers import AutoModelForCausalLM
 
-    gguf = resolve.packaged_smollm2_gguf()
+    gguf = aliases.packaged_smollm2_gguf()
     original = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     converted = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
     expected, found = original.state_dict(), converted.state_dict()
@@ -56,7 +57,7 @@ def _fake_builds(monkeypatch, calls):
         calls.append(dest)
         (dest / "config.json").write_text("{}")
 
-    monkeypatch.setattr(resolve, "convert_gguf_model", fake_convert)
+    monkeypatch.setattr(aliases, "convert_gguf_model", fake_convert)
 
 
 def test_alias_cache_is_built_once_per_cache_dir(tmp_path, monkeypatch):
@@ -68,7 +69,7 @@ def test_alias_cache_is_built_once_per_cache_dir(tmp_path, monkeypatch):
     assert len(calls) == 1
     manifest = json.loads((first / MANIFEST).read_text())
     assert manifest["alias"] == "smollm2-135m-instruct"
-    assert manifest["source"]["gguf"] == resolve.SMOLLM2_GGUF
+    assert manifest["source"]["gguf"] == aliases.SMOLLM2_GGUF
 
 
 def test_environment_variable_moves_the_cache(tmp_path, monkeypatch):
@@ -83,7 +84,7 @@ def test_a_crash_while_converting_leaves_no_model_directory(tmp_path, monkeypatc
         (dest / "model.safetensors").write_bytes(b"half a model")
         raise RuntimeError("killed mid-write")
 
-    monkeypatch.setattr(resolve, "convert_gguf_model", crashing_convert)
+    monkeypatch.setattr(aliases, "convert_gguf_model", crashing_convert)
     with pytest.raises(RuntimeError, match="killed mid-write"):
         resolve_model("smollm2-135m-instruct", cache_dir=tmp_path)
     models = tmp_path / "models"
@@ -100,7 +101,7 @@ def test_a_stale_cache_is_rebuilt(tmp_path, monkeypatch):
     (stale / MANIFEST).write_text(json.dumps({"format": 0}))
     assert resolve_model("smollm2-135m-instruct", cache_dir=tmp_path) == stale
     assert len(calls) == 1
-    assert json.loads((stale / MANIFEST).read_text())["format"] == resolve.MANIFEST_FORMAT
+    assert json.loads((stale / MANIFEST).read_text())["format"] == aliases.MANIFEST_FORMAT
 
 
 def test_local_directory_is_returned_as_is(tiny_dir):

@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from pettingllms.models import build_tiny_model, load_model, load_tokenizer
-from pettingllms.models.resolve import MANIFEST
+from pettingllms.models.aliases import MANIFEST
 
 
 def _weights(directory):

@@ -12,9 +12,10 @@ import tempfile
 import pytest
 
 from pettingllms.core.errors import ConfigError, InfrastructureError
-from pettingllms.sandbox import FALLBACK, STRONG, Limits, Sandbox, run_program, runner
+from pettingllms.sandbox import FALLBACK, STRONG, Limits, Sandbox, run_program
 from pettingllms.sandbox import layers as layers_module
-from pettingllms.sandbox.runner import decide_verdict, program_files
+from pettingllms.sandbox.verdict import decide_verdict
+from pettingllms.sandbox.workdir import program_files
 
 from sandbox_test_support import TEST_LIMITS, sandbox_for
 
@@ -176,9 +177,9 @@ def test_setup_failure_inside_the_launcher_is_infrastructure(sandbox, monkeypatc
 
 @pytest.fixture
 def fresh_layer_cache():
-    runner.clear_layer_cache()
+    layers_module.clear_layer_cache()
     yield
-    runner.clear_layer_cache()
+    layers_module.clear_layer_cache()
 
 
 def test_strong_layer_without_bwrap_fails_closed(monkeypatch, fresh_layer_cache):
@@ -209,7 +210,7 @@ def test_auto_layer_falls_back_when_bwrap_is_broken(monkeypatch, caplog, fresh_l
 
 def test_auto_without_root_and_without_strong_layer_fails_closed(monkeypatch, fresh_layer_cache):
     monkeypatch.setattr(layers_module, "find_bwrap", lambda: None)
-    monkeypatch.setattr(runner, "_runner_is_root", lambda: False)
+    monkeypatch.setattr(layers_module, "_runner_is_root", lambda: False)
     with pytest.raises(InfrastructureError, match="PETTINGLLMS_SANDBOX_LAYER=fallback"):
         Sandbox("auto").plan()
 

@@ -88,9 +88,10 @@ def test_empty_dataset(tmp_path):
                                       f"training.log_dir={tmp_path}/logs"])
 
 
-def test_missing_dataset_names_the_loader(tmp_path):
-    with pytest.raises(DataError, match="does not exist.*load_misc.py"):
+def test_missing_dataset_of_an_env_without_a_loader_names_no_command_that_does_not_exist(tmp_path):
+    with pytest.raises(DataError, match="nothing_here.parquet does not exist. No loader writes 'misc' data") as info:
         run_training("train", BASE + [f"env.data_root={tmp_path}", "env.dataset=nothing_here"])
+    assert "scripts/dataprocess" not in str(info.value)  # no load_misc.py: it does not exist
 
 
 def test_prompt_longer_than_max_prompt_length(tmp_path):

@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pettingllms.envs.code.parsing import last_python_block, parse_test_pairs
-from pettingllms.envs.code.runner import CachedRunner
+from pettingllms.envs.common.parsing import last_python_block, parse_test_pairs
+from pettingllms.envs.common.sandbox_runner import SandboxRunner
 from pettingllms.core import Agent, AgentGraph, Env, Message, Problem, Transition
 from pettingllms.sandbox import Limits, normalise_output
 
@@ -114,8 +114,8 @@ class CodeEnv(Env):
                  max_gt_tests: int = 0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
         self.max_gt_tests = max_gt_tests  # 0: all ground-truth tests
-        self.runner = CachedRunner(sandbox_workers, Limits(wall_timeout_s=timeout_s, cpu_time_s=timeout_s,
-                                                           max_output_bytes=1 << 20))
+        self.runner = SandboxRunner(sandbox_workers, Limits(wall_timeout_s=timeout_s, cpu_time_s=timeout_s,
+                                                            max_output_bytes=1 << 20))
 
     # ------------------------------------------------------------------ Env API
     def reset(self, problem: Problem, seed: int) -> CodeState:

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from pettingllms.core import AgentGraph, DataError, Env, Problem, Transition
 
 from .parsing import MAX_ACTIONS, text_after_actions_marker
-from .runner import ProgramOutput, ProgramRunner, SandboxRunner
+from .runner import ProgramRunner, tool_runner
 
 TOOL = "tool_agent"
 PLAN = "plan_agent"
@@ -131,7 +131,7 @@ class GameEnv(Env):
     ) -> None:
         super().__init__(max_turns=max_turns, **options)
         self.no_action_penalty = float(no_action_penalty)
-        self.runner: ProgramRunner = runner or SandboxRunner(timeout_s=tool_timeout_s, workers=sandbox_workers)
+        self.runner: ProgramRunner = runner or tool_runner(timeout_s=tool_timeout_s, workers=sandbox_workers)
 
     # ------------------------------------------------------------------ problems
     def puzzle_data(self, problem: Problem) -> Mapping[str, Any]:
@@ -178,7 +178,7 @@ class GameEnv(Env):
     def _tool_step(self, state: GameState, code: str | None) -> GameState:
         if not code or not code.strip():
             return replace(state, tool=ToolRecord("", "", "no-code", (), self.no_action_penalty, False))
-        output: ProgramOutput = self.runner(code, state.board_text + "\n")
+        output = self.runner(code, state.board_text + "\n")
         actions = self.game.parse_actions(text_after_actions_marker(output.stdout), state.board)
         record = ToolRecord(code[:SHOWN_CODE_CHARS], output.stdout[:SHOWN_OUTPUT_CHARS], output.verdict)
         if not actions:

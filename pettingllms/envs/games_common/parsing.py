@@ -1,7 +1,8 @@
 """Text parsers shared by the game agents. Every function here accepts any string and never raises.
 
 Formats (they are also what the prompts ask for):
-- Tool agent: the last fenced code block of the response (```python ...``` preferred, else a bare ```...```).
+- Tool agent: the last closed fenced code block of the response (```python ...``` preferred, else any other
+  fenced block), by the envs' one fence parser (``pettingllms.envs.common.parsing.last_python_block``).
 - Tool program output: the text after the last ``**Actions List**:`` (or ``Actions List:``) in its stdout.
 - Plan agent: the text after the last ``####`` of the response.
 - Moves (Sokoban, Plan-Path): a list like ``[U, R, R, D]``, ``['Up', 'Left']`` or ``U R R D``; each item is a
@@ -12,6 +13,8 @@ Formats (they are also what the prompts ask for):
 from __future__ import annotations
 
 import re
+
+from pettingllms.envs.common.parsing import last_python_block
 
 MAX_TEXT_CHARS = 20_000  # longer inputs are cut first, so every regex below runs on bounded text
 MAX_CODE_CHARS = 20_000
@@ -25,7 +28,6 @@ MOVE_NAMES = {
     "r": "R", "right": "R", "east": "R", ">": "R",
 }
 
-_FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _ACTIONS_MARKER = re.compile(r"(?:\*\*)?\s*actions?[ _]list\s*(?:\*\*)?\s*:\s*(?:\*\*)?", re.IGNORECASE)
 _ITEM_SPLIT = re.compile(r"[\s,;]+")
 _INNER_GROUP = re.compile(r"[\[(]([^\[\]()]*)[\])]")
@@ -38,12 +40,7 @@ def _bounded(text: object, limit: int = MAX_TEXT_CHARS) -> str:
 
 def extract_code(response: object) -> str | None:
     """The last ```python block (or, failing that, the last fenced block); None without a closed fence."""
-    blocks = _FENCE.findall(_bounded(response, 4 * MAX_CODE_CHARS))
-    if not blocks:
-        return None
-    python = [code for lang, code in blocks if lang.lower() in ("python", "py", "python3")]
-    code = (python or [code for _, code in blocks])[-1]
-    code = code[:MAX_CODE_CHARS]
+    code = (last_python_block(response, fallback_to_any_block=True, closed_only=True) or "")[:MAX_CODE_CHARS]
     return code if code.strip() else None
 
 

@@ -32,8 +32,8 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from pettingllms.envs.code.parsing import final_answer, last_boxed, last_python_block
-from pettingllms.envs.code.runner import CachedRunner
+from pettingllms.envs.common.parsing import final_answer, last_boxed, last_python_block
+from pettingllms.envs.common.sandbox_runner import SandboxRunner
 from pettingllms.envs.math.verifier import MathVerifier, shared_verifier
 from pettingllms.core import Agent, AgentGraph, Env, Message, Problem, Transition
 from pettingllms.sandbox import Limits
@@ -93,8 +93,8 @@ class MathEnv(Env):
     def __init__(self, max_turns: int = 4, code_timeout_s: float = 10.0, sandbox_workers: int = 4,
                  verify_timeout_s: float = 10.0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
-        self.runner = CachedRunner(sandbox_workers, Limits(wall_timeout_s=code_timeout_s, cpu_time_s=code_timeout_s,
-                                                           max_output_bytes=1 << 16))
+        self.runner = SandboxRunner(sandbox_workers, Limits(wall_timeout_s=code_timeout_s, cpu_time_s=code_timeout_s,
+                                                            max_output_bytes=1 << 16))
         self.verify_timeout_s = verify_timeout_s
         self._verifier: MathVerifier | None = None
         self._lock = threading.Lock()

@@ -1,0 +1,134 @@
+"""Bounded, optionally cached sandbox runs for the envs (code, math and the games' tool agent).
+
+- Every program runs in ``pettingllms.sandbox`` through a ``SandboxPool``, so the number of concurrent programs
+  is bounded however many env steps run in the rollout executor's worker threads. The pool is the runner's own
+  (closed by ``close``), or with ``shared_pool`` one pool per process and (name, workers), shared by every
+  runner that asks for it (the game envs: many env objects, one bound).
+- Results are cached by (program, stdin) unless ``cache_size`` is 0. The executor re-steps a stage's chosen
+  actions, and K branches often share code or tests; the cache makes those repeats free and keeps ``step``
+  deterministic for programs whose output would otherwise vary between runs.
+- A sandbox failure propagates as ``InfrastructureError``: it is never turned into a failed test or a reward.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Sequence
+
+from pettingllms.sandbox import Limits, RunResult, SandboxPool
+from pettingllms.sandbox.judge import TestReport, judge_case
+
+CACHEABLE_OUTPUT_CHARS = 1 << 16  # bigger outputs are not kept in memory
+
+_shared_pools: dict[tuple[str, int], SandboxPool] = {}
+_shared_pools_lock = threading.Lock()
+
+
+def encodable(text: str) -> str:
+    """Model text may hold lone surrogates, which cannot be written to a file: replace them (the program then
+    fails or differs on its own merits, instead of crashing the env step)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+class SandboxRunner:
+    """Runs programs in a lazily started sandbox pool. Safe to share between threads; pickles without the pool.
+
+    ``runner(source, stdin)`` is ``runner.run(source, stdin)``: the shape the game envs take (any callable
+    returning an object with ``stdout`` and ``verdict``, so tests can pass a fake)."""
+
+    def __init__(self, workers: int = 4, limits: Limits | None = None, cache_size: int = 20_000, *,
+                 shared_pool: bool = False, name: str = "env-sandbox") -> None:
+        self.workers = workers
+        self.limits = limits or Limits(wall_timeout_s=10, cpu_time_s=10, max_output_bytes=1 << 20)
+        self.cache_size = cache_size
+        self.shared_pool = shared_pool
+        self.name = name
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self._pool: SandboxPool | None = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple[str, str], RunResult] = OrderedDict()
+
+    def __getstate__(self) -> dict:
+        return {"workers": self.workers, "limits": self.limits, "cache_size": self.cache_size,
+                "shared_pool": self.shared_pool, "name": self.name}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    def _get_pool(self) -> SandboxPool:
+        if self.shared_pool:
+            with _shared_pools_lock:
+                key = (self.name, self.workers)
+                if key not in _shared_pools:
+                    _shared_pools[key] = SandboxPool(max_workers=self.workers, name=self.name)
+                return _shared_pools[key]
+        with self._lock:
+            if self._pool is None:
+                self._pool = SandboxPool(max_workers=self.workers, name=self.name)
+            return self._pool
+
+    def _cached(self, key: tuple[str, str]) -> RunResult | None:
+        if self.cache_size <= 0:
+            return None
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def _remember(self, key: tuple[str, str], result: RunResult) -> None:
+        if self.cache_size <= 0 or len(result.stdout) > CACHEABLE_OUTPUT_CHARS:
+            return
+        with self._lock:
+            self._cache[key] = result
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    def run(self, source: str, stdin: str = "") -> RunResult:
+        key = (encodable(source), encodable(stdin))
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
+        result = self._get_pool().run(key[0], stdin=key[1], limits=self.limits)
+        self._remember(key, result)
+        return result
+
+    __call__ = run
+
+    def run_many(self, source: str, stdins: Sequence[str]) -> list[RunResult]:
+        """Runs concurrently in the pool (cached ones are free); results in input order."""
+        source, stdins = encodable(source), [encodable(s) for s in stdins]
+        pool = self._get_pool()
+        futures = {}
+        for stdin in dict.fromkeys(stdins):
+            hit = self._cached((source, stdin))
+            futures[stdin] = hit if hit is not None else pool.submit(source, stdin=stdin, limits=self.limits)
+        results = {}
+        for stdin, item in futures.items():
+            if isinstance(item, RunResult):
+                results[stdin] = item
+            else:
+                results[stdin] = item.result()
+                self._remember((source, stdin), results[stdin])
+        return [results[s] for s in stdins]
+
+    def judge(self, source: str, tests: Sequence[tuple[str, str]]) -> TestReport:
+        """Pass/fail per (stdin, expected) test, compared in this process (sandbox.judge rules)."""
+        results = self.run_many(source, [stdin for stdin, _ in tests])
+        cases = tuple(judge_case(i, r, expected) for i, (r, (_, expected)) in enumerate(zip(results, tests)))
+        return TestReport(cases=cases, total=len(tests))
+
+    def close(self) -> None:
+        """Stop this runner's own pool; a shared pool lives as long as the process."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
