@@ -10,7 +10,8 @@ from the engine's, which applies the window. ``AttentionLayout`` reads the model
 - window on some layers (``config.layer_types``: Gemma 2/3, Qwen2 with ``max_window_layers``): one mask per layer type,
   ``{"full_attention": ..., "sliding_attention": ...}``, which these models' forwards accept;
 - a model that mixes layer types but whose forward takes one mask only cannot be trained correctly: refused with
-  a message, when the learner is built.
+  a message, when the learner is built; so are layer types other than full and sliding attention (chunked
+  attention, linear attention, Mamba), which packed rows and 4-D masks cannot express.
 
 The window is measured in position ids, not row columns: in a packed row a response restarts at ``len(prompt)``,
 and a token attends to the keys at most ``window - 1`` positions before it (transformers' ``kv > q - window``).
@@ -40,8 +41,21 @@ class AttentionLayout:
         config = base.config
         window = getattr(config, "sliding_window", None)
         layer_types = getattr(config, "layer_types", None)
+        if getattr(config, "attention_chunk_size", None):
+            raise ConfigError(
+                f"{type(base).__name__} uses chunked attention (attention_chunk_size={config.attention_chunk_size}); "
+                f"the learner's packed attention masks apply full and sliding-window attention only, so its "
+                f"logprobs would not match the engine's"
+            )
         if layer_types is not None:
             types = set(layer_types)
+            others = sorted(types - {FULL, SLIDING})
+            if others:
+                raise ConfigError(
+                    f"{type(base).__name__} has {others} layers; the learner packs several responses into one row "
+                    f"and keeps them apart with attention masks, which handle full and sliding-window attention "
+                    f"only (a recurrent or chunked layer would see across them), so it cannot train this model"
+                )
             if SLIDING not in types or not window:
                 return cls()
             if not _takes_per_layer_masks(base):

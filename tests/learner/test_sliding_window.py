@@ -132,3 +132,15 @@ def test_the_transformers_engine_and_the_learner_agree_on_windowed_models(build,
     learner_values = PolicyLearner(model, LearnerConfig(total_steps=1)).compute_logprobs(samples)
     for sample, values in zip(samples, learner_values):
         assert torch.allclose(torch.tensor(values), torch.tensor(sample.response_logprobs), atol=1e-5)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"layer_types": ["full_attention", "linear_attention"]}, r"\['linear_attention'\] layers"),
+    ({"attention_chunk_size": 8}, "chunked attention"),
+])
+def test_layer_kinds_masks_cannot_express_are_refused(make_model, setting, message):
+    model = make_model(0)
+    for key, value in setting.items():
+        setattr(model.config, key, value)
+    with pytest.raises(ConfigError, match=message):
+        PolicyLearner(model, LearnerConfig(total_steps=1))
