@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pettingllms.cli import main
 from pettingllms.core import Problem, SamplingParams
 from pettingllms.core.checker import check_env
@@ -48,6 +50,7 @@ def install_example(tmp_path, monkeypatch) -> str:
     return module
 
 
+@pytest.mark.slow  # two real training runs, each starting Ray (~40-80 s); the example code itself runs below
 def test_the_pages_commands_check_and_train_from_a_directory_outside_the_repository(tmp_path):
     name, code = page_module()
     workdir = tmp_path / "elsewhere"
