@@ -29,7 +29,8 @@ def test_the_cpu_math_block_is_the_loader_then_the_train_script():
 
 
 @pytest.mark.slow
-def test_the_readme_cpu_math_commands_run_as_written(tmp_path):
+@pytest.mark.timeout(3600)  # SmolLM2 on CPU: ~5 min on a quiet 2-core machine, several times that under load
+def test_the_readme_cpu_math_commands_run_as_written(tmp_path, run_shell):
     """In a copy of the checkout (the commands write data/ and logs/ relative to it), with the checkout's venv."""
     checkout = tmp_path / "checkout"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True,
@@ -45,9 +46,8 @@ def test_the_readme_cpu_math_commands_run_as_written(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("PYTHONPATH", None)
     for command in readme_block("Math, from data to a trained checkpoint, on CPU"):
-        done = subprocess.run(command, shell=True, cwd=checkout, env=env, capture_output=True, text=True,
-                              timeout=3000)
-        assert done.returncode == 0, f"{command}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        code, out, err = run_shell(command, checkout, env, timeout=3000)
+        assert code == 0, f"{command}\n{out[-4000:]}\n{err[-4000:]}"
     (run_dir,) = checkout.glob("logs/math_L1_prompt/*/*")
     rows = [json.loads(line) for line in (run_dir / "summary.log").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]

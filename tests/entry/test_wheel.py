@@ -33,6 +33,7 @@ def test_declared_dependencies_are_used():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_the_wheel_installs_into_a_fresh_venv_and_dry_runs_the_quickstart(tmp_path):
     source = tmp_path / "source"  # a clean copy: building writes egg-info and build/ next to the sources
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
