@@ -35,3 +35,29 @@ def make_executor() -> Callable:
         return Executor(env, specs, clients, RolloutConfig(**rollout)), engines
 
     return build
+
+
+@pytest.fixture
+def run_shell() -> Callable:
+    """Run a shell command in its own session; on timeout stop that whole session (the command's Ray instance,
+    sandbox workers, ...) so nothing it started outlives the test. Returns (returncode, stdout, stderr)."""
+    import signal
+    import subprocess
+
+    def run(command: str, cwd, env, timeout: float) -> tuple[int, str, str]:
+        proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except BaseException:  # timeout, or pytest-timeout interrupting this test
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(proc.pid, sig)  # the session this command started, and only it
+                    proc.wait(timeout=30)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            raise
+        return proc.returncode, out, err
+
+    return run

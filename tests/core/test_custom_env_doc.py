@@ -7,9 +7,10 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from pettingllms.cli import main
 from pettingllms.core import Problem, SamplingParams
@@ -48,7 +49,9 @@ def install_example(tmp_path, monkeypatch) -> str:
     return module
 
 
-def test_the_pages_commands_check_and_train_from_a_directory_outside_the_repository(tmp_path):
+@pytest.mark.slow  # two real training runs, each starting Ray (~40-80 s); the example code itself runs below
+@pytest.mark.timeout(1800)
+def test_the_pages_commands_check_and_train_from_a_directory_outside_the_repository(tmp_path, run_shell):
     name, code = page_module()
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
@@ -60,8 +63,8 @@ def test_the_pages_commands_check_and_train_from_a_directory_outside_the_reposit
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1")
     env.pop("PYTHONPATH", None)  # the user's module must be found because the command runs next to it
     for command in commands:
-        done = subprocess.run(command, shell=True, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        code, out, err = run_shell(command, workdir, env, timeout=600)
+        assert code == 0, f"{command}\n{out[-3000:]}\n{err[-3000:]}"
 
     (procedural,) = workdir.glob("logs/guess/*/*")
     rows = [json.loads(line) for line in (procedural / "summary.log").read_text().splitlines()]
