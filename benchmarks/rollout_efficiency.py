@@ -64,7 +64,7 @@ class Workload:
 
     env_name: str
     model: str
-    plan: object  # pettingllms.trainer.setup.RunPlan
+    plan: object  # pettingllms.assembly.plan.RunPlan
     problems: list[Problem]
     engine: HFEngine
     codec: object
@@ -97,7 +97,7 @@ def build_workload(args: argparse.Namespace, engine_factory=None) -> Workload:
     """The workload of ``args``; ``engine_factory(model_dir, codec)`` builds another engine (default: HFEngine)."""
     from pettingllms.config.load import compose, to_schema
     from pettingllms.models import HFChatCodec, load_model, resolve_model
-    from pettingllms.trainer.setup import plan
+    from pettingllms.assembly.plan import plan
 
     torch.set_num_threads(args.threads)
     roles = ("reasoner", "tool") if args.env == "math" else ("solver", "checker")

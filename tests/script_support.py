@@ -29,7 +29,7 @@ def script_command(script: str, env: dict[str, str], *overrides: str) -> tuple[s
 def script_specs(script: str, env: dict[str, str], *overrides: str):
     """The worker specs (layouts included) of a script's run, from the real config composition and plan."""
     from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.setup import plan
+    from pettingllms.assembly.plan import plan
 
     name, args = script_command(script, env, *overrides)
     return plan(to_schema(compose(name, args))).worker_specs

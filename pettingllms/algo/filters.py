@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from pettingllms.algo.advantage import GroupStats
+from pettingllms.core.choices import GroupFilter
 
-FILTERS = ("none", "dapo", "std", "mean")
+FILTERS = GroupFilter.values()
 
 
 def keep_groups(stats: GroupStats, method: str = "none", ratio: float = 0.0, tol: float = 1e-8) -> torch.Tensor:

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pettingllms.config.schema import AgentConfig, Config, ModelConfig, SamplingConfig
+from pettingllms.core.choices import Specialization
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import SamplingParams
 
-LEVELS = ("L0", "L1", "L2", "L3")
+LEVELS = Specialization.values()
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,18 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from pettingllms.core.choices import (
+    DEFAULT_LORA_TARGET_MODULES, DType, EngineKind, GroupFilter, KLType, LossAggMode, PromptFormat, RolloutMode,
+    Selection, Specialization, Tracker,
+)
+
 
 @dataclass
 class LoraConfig:
     rank: int = 0  # 0: no LoRA (full fine-tuning)
     alpha: int = 32
     dropout: float = 0.0
-    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    target_modules: List[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGET_MODULES))
 
 
 @dataclass
@@ -31,11 +36,11 @@ class FSDPConfig:
 @dataclass
 class ModelConfig:
     path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
-    dtype: str = "float32"  # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
-    master_weights: str = "float32"  # the learner's weights and AdamW state; bfloat16 halves memory, loses small updates
+    dtype: DType = DType.float32  # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
+    master_weights: DType = DType.float32  # the learner's weights and AdamW state; bfloat16 halves memory, loses small updates
     chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)  # e.g. {enable_thinking: false} for Qwen3
     lora: LoraConfig = field(default_factory=LoraConfig)
-    engine: str = "auto"  # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
+    engine: EngineKind = EngineKind.auto  # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
     engine_options: Dict[str, Any] = field(default_factory=dict)  # engine keywords, e.g. vLLM gpu_memory_utilization
     # The GPU layout (docs/distributed.md): num_gpus GPUs -> num_gpus FSDP2 ranks (one GPU each) and
     # num_gpus / tensor_parallel vLLM engines of tensor_parallel GPUs each, colocated with the ranks.
@@ -69,7 +74,7 @@ class AgentConfig:
 class EnvConfig:
     name: str = MISSING  # registry name or "module:Class"
     # Training set: a name (data/<domain>/train/<name>.parquet), a .parquet/.jsonl file, a hub id, a list of these,
-    # or a {entry: weight} mixture (trainer/data.py). None: the env generates its problems.
+    # or a {entry: weight} mixture (data/problems.py). None: the env generates its problems.
     dataset: Any = None
     # Validation sets, each reported on its own: a list of names (data/<domain>/test/<name>.parquet), files, hub
     # ids or mixtures. []: the env's own test split, if it generates problems.
@@ -84,9 +89,9 @@ class EnvConfig:
 
 @dataclass
 class RolloutConfig:
-    mode: str = "tree"  # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
+    mode: RolloutMode = RolloutMode.tree  # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
     branching: int = 4  # K: candidates per (turn, agent) node, or episodes per problem when independent
-    select: str = "greedy"  # greedy | sample | first
+    select: Selection = Selection.greedy  # greedy | sample | first
     val_samples: int = 1  # independent episodes per validation problem
 
 
@@ -98,7 +103,7 @@ class RewardConfig:
 @dataclass
 class KLConfig:
     init_kl_coeff: float = 0.0  # 0: no reference model and no KL term
-    kl_type: str = "low_var_kl"  # k1 | k2 | k3 | low_var_kl | abs | mse
+    kl_type: KLType = KLType["low_var_kl"]  # k1 | k2 | k3 | low_var_kl | abs | mse
     adaptive: bool = False
     kl_target: float = 0.01
     kl_horizon: int = 1000
@@ -112,12 +117,12 @@ class RolloutCheckConfig:
 @dataclass
 class AlgorithmConfig:
     norm_adv_by_std: bool = True
-    filter: str = "none"  # none | dapo | std | mean
+    filter: GroupFilter = GroupFilter.none  # none | dapo | std | mean
     filter_ratio: float = 0.0
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     clip_ratio_c: float = 3.0  # dual clip
-    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | ...
+    loss_agg_mode: LossAggMode = LossAggMode["token-mean"]  # token-mean | seq-mean-token-mean | seq-mean-token-sum | ...
     entropy_coeff: float = 0.0
     kl: KLConfig = field(default_factory=KLConfig)
     rollout_check: RolloutCheckConfig = field(default_factory=lambda: RolloutCheckConfig())
@@ -154,7 +159,7 @@ class TrainingConfig:
     resume: str = "auto"  # auto | none | <path to a checkpoint dir>
     stop_after_steps: int = 0  # stop this process after N more steps (job time limits); resume continues
     seed: int = 0
-    logger: List[str] = field(default_factory=lambda: ["console"])  # console | tensorboard | wandb
+    logger: List[Tracker] = field(default_factory=lambda: [Tracker.console])  # console | tensorboard | wandb
     log_dir: str = "logs"
     save_samples_freq: int = 0  # every N steps write the step's training samples, by GRPO group, to <run>/samples/
     export_hf: bool = True  # write a Hugging Face directory per policy at the end
@@ -171,7 +176,7 @@ class ResourcesConfig:
 
 @dataclass
 class Config:
-    specialization: str = "L1"  # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
+    specialization: Specialization = Specialization.L1  # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
     # Typed as Any so users can add entries with `+base_models.policy_1.path=...` (OmegaConf 2.3 cannot merge new
     # keys into a dict of dataclasses); ``load.to_schema`` validates each entry against ModelConfig/AgentConfig.
     base_models: Dict[str, Any] = field(default_factory=dict)
@@ -195,7 +200,7 @@ class EvalModelConfig:
     server_url: Optional[str] = None  # an OpenAI-compatible server, e.g. http://host:8000/v1 (eval only)
     served_name: Optional[str] = None  # the server's model name; None = base_models.policy_0.path
     api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the server's API key (optional)
-    prompt_format: str = "ids"  # ids: send exact prompt token ids | text: send the decoded prompt
+    prompt_format: PromptFormat = PromptFormat.ids  # ids: send exact prompt token ids | text: send the decoded prompt
     vllm_extras: bool = True  # send vLLM/sglang fields (top_k, return_token_ids); false for strict servers
     request_timeout_s: float = 600.0
     max_concurrency: int = 32  # requests in flight to the server

@@ -8,11 +8,12 @@ well, since small boards (4x4 Sudoku) can repeat across seeds. Files are written
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from pettingllms.core import Problem
+from pettingllms.core.atomic import atomic_file
+from pettingllms.data.layout import dataset_path
 
 # Duck-typed: any env with ``domain``, ``procedural_problems``, ``materialize`` and ``game.content_key`` (the
 # game envs of pettingllms/envs/games_common/base.py). No import of ``envs`` here: the library does not depend on it.
@@ -34,10 +35,8 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
 
     if not rows:
         raise ValueError(f"refusing to write an empty dataset to {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
     return path
 
 
@@ -54,10 +53,9 @@ def write_game_dataset(
     env: GameEnv, name: str, data_root: str | Path, train_size: int, test_size: int
 ) -> dict[str, Path]:
     train, test = build_splits(env, train_size, test_size)
-    root = Path(data_root) / env.domain
     return {
-        "train": write_parquet(train, root / "train" / f"{name}.parquet"),
-        "test": write_parquet(test, root / "test" / f"{name}.parquet"),
+        "train": write_parquet(train, dataset_path(data_root, env.domain, "train", name)),
+        "test": write_parquet(test, dataset_path(data_root, env.domain, "test", name)),
     }
 
 

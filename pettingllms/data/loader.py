@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from pettingllms.core.errors import DataError
 from pettingllms.data.sources import (
-    HubSource, ProceduralSource, Row, convert_rows, decontaminate_root, mix, output_path,
+    HubSource, ProceduralSource, Row, convert_rows, decontaminate_root, mix, dataset_path,
     parse_weights, read_hub, read_local, read_written, write_rows,
 )
 
@@ -109,7 +109,7 @@ def run(spec: DomainSpec, args: argparse.Namespace) -> dict[str, Any]:
             counts[f"train/{file_name}"] -= n
     for key, n in counts.items():
         note = f" ({removed[key[6:]]} removed by decontamination)" if key.startswith("train/") and removed.get(key[6:]) else ""
-        print(f"wrote {output_path(args.data_root, spec.domain, *key.split('/'))}: {n} rows{note}")
+        print(f"wrote {dataset_path(args.data_root, spec.domain, *key.split('/'))}: {n} rows{note}")
     return {"counts": counts, "removed": removed}
 
 
@@ -179,7 +179,7 @@ def _load_mix(spec: DomainSpec, args: argparse.Namespace) -> tuple[str, int]:
     weights = parse_weights(args.mix)
     loaded = {}
     for name in weights:
-        path = output_path(args.data_root, spec.domain, "train", name)
+        path = dataset_path(args.data_root, spec.domain, "train", name)
         if not path.is_file():
             raise DataError(f"mixture part {name!r}: {path} does not exist; load it first (--sources {name})")
         loaded[name] = read_written(path)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
+from pettingllms.core.atomic import atomic_file
 from pettingllms.core.errors import DataError
+from pettingllms.data.layout import SPLITS, dataset_path
 
-SPLITS = ("train", "test")
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 Row = dict[str, Any]
 
@@ -118,14 +119,6 @@ def convert_rows(source: HubSource, raw: Sequence[Mapping[str, Any]], limit: int
 
 
 # ------------------------------------------------------------------------------------------- writing
-def output_path(data_root: Path, domain: str, split: str, name: str) -> Path:
-    if split not in SPLITS:
-        raise DataError(f"split must be one of {SPLITS}, got {split!r}")
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise DataError(f"dataset name {name!r} must be letters, digits, '_', '-' or '.' (it becomes a file name)")
-    return Path(data_root) / domain / split / f"{name}.parquet"
-
-
 def write_rows(rows: Sequence[Row], data_root: Path, domain: str, split: str, name: str,
                required: Sequence[str]) -> Path:
     """Write ``rows`` atomically (temp file, then rename). Every row needs the ``required`` columns."""
@@ -138,13 +131,12 @@ def write_rows(rows: Sequence[Row], data_root: Path, domain: str, split: str, na
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = output_path(data_root, domain, split, name)
+    path = dataset_path(data_root, domain, split, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = list(dict.fromkeys(c for row in rows for c in row))
     table = pa.Table.from_pylist([{c: row.get(c) for c in columns} for row in rows])
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        pq.write_table(table, tmp)
     return path
 
 
@@ -242,7 +234,7 @@ def decontaminate_root(data_root: Path, domain: str, names: Iterable[str], n: in
     tests = [read_written(p) for p in sorted(test_dir.glob("*.parquet"))] if test_dir.is_dir() else []
     removed_counts = {}
     for name in names:
-        path = output_path(data_root, domain, "train", name)
+        path = dataset_path(data_root, domain, "train", name)
         rows = read_written(path)
         kept, removed = decontaminate(rows, tests, n=n, exact_only_sources=exact_only_sources)
         removed_counts[name] = len(removed)
@@ -252,7 +244,6 @@ def decontaminate_root(data_root: Path, domain: str, names: Iterable[str], n: in
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            tmp = path.with_suffix(".parquet.tmp")
-            pq.write_table(pa.Table.from_pylist(kept), tmp)
-            tmp.replace(path)
+            with atomic_file(path) as tmp:
+                pq.write_table(pa.Table.from_pylist(kept), tmp)
     return removed_counts

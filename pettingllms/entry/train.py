@@ -76,9 +76,9 @@ def load_config(config_name: str = "train", overrides: Sequence[str] = (), confi
 def check_run(cfg) -> list[str]:
     """Plan the run (env, agents, policies, worker layout) and find its data, as the trainer will, without loading
     a model or starting a process. Returns the plan summary and data lines; raises the trainer's errors."""
-    from pettingllms.trainer.data import describe_data
-    from pettingllms.trainer.describe import describe_plan
-    from pettingllms.trainer.setup import plan
+    from pettingllms.assembly.describe import describe_plan
+    from pettingllms.assembly.plan import plan
+    from pettingllms.data.problems import describe_data
 
     import os
 
@@ -161,7 +161,7 @@ def headline_metrics(run_dir: Path) -> tuple[int, dict[str, float]]:
 def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | None = None,
                  dry_run: bool = False) -> list[JobOutcome]:
     """Train every combination of the sweep in turn. Every job is composed (validated) before the first trains."""
-    from pettingllms.trainer.run_dir import new_run_dir
+    from pettingllms.assembly.run_dirs import new_run_dir
 
     jobs = expand_sweep(overrides)
     configs, plans = [], []

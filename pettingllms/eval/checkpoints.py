@@ -1,7 +1,7 @@
 """Trainer checkpoints as evaluation input.
 
 A run directory (``logs/<experiment>/<date>/<time>``) holds the run's ``config.yaml`` and
-``checkpoints/step_N/policies/<policy>/`` (``trainer.checkpoint``; the format is ``runtime.worker_state``'s). The
+``checkpoints/step_N/policies/<policy>/`` (the format is ``runtime/checkpoints.py``'s, read only through it). The
 model side of the evaluation (``specialization``, ``base_models``, ``agents``, ``env.agents``) comes from the run's
 config, so every agent gets the policy and LoRA adapter it was trained with; the task side (env, benchmarks,
 sampling) comes from the evaluation config. Weights come from the learner's DCP shards, whatever the number of
@@ -21,12 +21,10 @@ from omegaconf.errors import OmegaConfBaseException
 from pettingllms.config.load import to_schema
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError
-from pettingllms.runtime.worker_state import load_trained_weights
-from pettingllms.trainer import checkpoint as ckpt
+from pettingllms.runtime import checkpoints as ckpt
 
 log = logging.getLogger("pettingllms.eval")
 RUN_CONFIG = "config.yaml"
-POLICIES_DIR = "policies"  # where Trainer.save_checkpoint writes the policy group's state
 
 
 def resolve_checkpoint(spec: str) -> tuple[Path, Path]:
@@ -84,12 +82,12 @@ def load_policy_weights(model: torch.nn.Module, checkpoint: Path, policy: str, a
 
     ``model`` must be built like the trainer built it (same base, same LoRA adapters).
     """
-    folder = checkpoint / POLICIES_DIR
+    folder = checkpoint / ckpt.POLICIES_DIR
     if not (folder / policy).is_dir():
         found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
         raise ConfigError(f"checkpoint {checkpoint} has no state for policy {policy!r} (expected {folder / policy}); "
                           f"it has policies {found}")
-    loaded = load_trained_weights(model, folder / policy, policy, adapters)
+    loaded = ckpt.load_trained_weights(model, ckpt.policy_dir(checkpoint, policy), policy, adapters)
     if loaded is None:
         log.info("policy %s was not trained in this run (no learner state): evaluating its base weights", policy)
         return "base weights (the policy was not trained)"

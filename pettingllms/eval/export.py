@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pettingllms.core import ConfigError
-from pettingllms.eval.checkpoints import POLICIES_DIR, read_run_config, resolve_checkpoint
+from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
+from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.spec import WorkerSpec
 
 log = logging.getLogger("pettingllms.eval")
@@ -35,12 +36,12 @@ class Exported:
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, merge_lora: bool = False) -> list[Exported]:
     """Write every policy of a checkpoint as Hugging Face folders under ``out`` (default ``<step dir>/hf``)."""
-    from pettingllms.trainer.setup import plan
+    from pettingllms.assembly.plan import plan
 
     step_dir, run_dir = resolve_checkpoint(str(checkpoint))
     specs = plan(read_run_config(run_dir)).worker_specs
     target = Path(out).expanduser() if out else step_dir / "hf"
-    return [_export_policy(spec, step_dir / POLICIES_DIR / spec.policy, target / spec.policy, merge_lora)
+    return [_export_policy(spec, ckpt.policy_dir(step_dir, spec.policy), target / spec.policy, merge_lora)
             for spec in specs]
 
 
@@ -48,13 +49,12 @@ def _export_policy(spec: WorkerSpec, folder: Path, dest: Path, merge_lora: bool)
     from pettingllms.learner.state import export_hf_model
     from pettingllms.models import HFChatCodec, load_model, resolve_model
     from pettingllms.runtime.worker import save_tokenizer_beside
-    from pettingllms.runtime.worker_state import load_trained_weights
 
     if not folder.is_dir():
         raise ConfigError(f"the checkpoint has no state for policy {spec.policy!r} (expected {folder})")
     base = resolve_model(spec.model_path)
     model = load_model(base, spec.dtype, spec.lora, spec.lora_names)
-    loaded = load_trained_weights(model, folder, spec.policy, spec.lora_names)
+    loaded = ckpt.load_trained_weights(model, folder, spec.policy, spec.lora_names)
     codec = HFChatCodec.from_pretrained(base)
     if spec.lora_names and merge_lora:
         folders = [_merged(model, name, dest / name, codec) for name in spec.lora_names]

@@ -1,6 +1,6 @@
 """The evaluated models, loaded once and shared by every env: one client (engine + chat codec) per policy.
 
-Sources, per policy (``base_models.<policy>``, after ``trainer.setup.plan`` of every env):
+Sources, per policy (``base_models.<policy>``, after ``assembly.plan.plan`` of every env):
 - a model spec (``path``: alias, hub id, local HF directory, or a trainer HF export ``<run>/hf/<policy>``);
   an export has no tokenizer, so it is read from ``model.tokenizer`` or the run's ``config.yaml``;
 - ``model.checkpoint``: the base model of the run's config plus the trained weights (``eval.checkpoints``);

@@ -27,6 +27,8 @@ from typing import Any, Iterator, Mapping
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from pettingllms.assembly.plan import check_prompts
+from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
 from pettingllms.config.schema import EvalRunConfig
 from pettingllms.core import ConfigError, Problem
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint, with_model_of_run
@@ -37,8 +39,6 @@ from pettingllms.eval.tasks import Benchmark, EnvTask, EvalSettings, check_agent
 from pettingllms.eval.trace import success_trace
 from pettingllms.rollout.executor import Executor, RolloutResult
 from pettingllms.rollout.policy_client import PolicyClient
-from pettingllms.trainer.run_dir import LOGGER_NAME, new_run_dir
-from pettingllms.trainer.setup import check_prompts
 
 log = logging.getLogger("pettingllms.eval")
 

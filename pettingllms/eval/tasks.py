@@ -1,5 +1,5 @@
 """What an evaluation runs: its sampling settings, and its benchmarks grouped by env, each env planned like a
-training run (``trainer.setup.plan``: agents, policies, adapters). Everything here is checked before any model
+training run (``assembly.plan.plan``: agents, policies, adapters). Everything here is checked before any model
 is loaded: bad settings, unknown envs or agents, missing benchmark files.
 
 Benchmark entries (``env.benchmark``) are ``<name>`` (an entry of ``env.name``) or ``<env>/<name>`` (another env,
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from pettingllms.assembly.plan import RunPlan, build_env, plan
 from pettingllms.config.schema import Config, EvalConfig
 from pettingllms.core import ConfigError, DataError, Problem, RegistryError, SamplingParams
 from pettingllms.core.registry import ENVS, get_env_class, import_modules
-from pettingllms.trainer.data import (
+from pettingllms.data.problems import (
     FILE_SUFFIXES, benchmark_entries, benchmark_label, benchmark_problems, dataset_path,
 )
-from pettingllms.trainer.setup import RunPlan, build_env, plan
 
 PROCEDURAL = "procedural"
 

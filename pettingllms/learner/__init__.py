@@ -2,12 +2,12 @@
 FSDP2 sharding, state and exports."""
 
 from pettingllms.learner.batching import PolicyBatch, build_batch, micro_batches_by_tokens, split_mini_batches
-from pettingllms.learner.config import KLConfig, LearnerConfig
+from pettingllms.learner.config import KLPenalty, LearnerConfig
 from pettingllms.learner.learner import ADAPTERS_DISABLED, PolicyLearner
 
 __all__ = [
     "ADAPTERS_DISABLED",
-    "KLConfig",
+    "KLPenalty",
     "LearnerConfig",
     "PolicyBatch",
     "PolicyLearner",

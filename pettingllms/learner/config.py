@@ -9,19 +9,15 @@ import dataclasses
 from dataclasses import InitVar, dataclass, field
 from typing import Any, Mapping
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum")
-"""Aggregation modes whose micro-batch losses add up exactly to the mini-batch loss.
+from pettingllms.core.choices import DType, KLType, LossAggMode
 
-verl's ``seq-mean-token-sum-norm`` divides by the padded response width, which differs between token-budget
-micro-batches, so gradient accumulation would not equal one big batch; it is refused rather than silently wrong.
-"""
-
-KL_TYPES = ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl", "k1+", "k3+", "low_var_kl+")
-DTYPES = ("float32", "bfloat16")
+LOSS_AGG_MODES = LossAggMode.values()  # only modes whose micro-batch losses add up exactly (core/choices.py)
+KL_TYPES = KLType.values()
+DTYPES = DType.values()
 
 
 @dataclass
-class KLConfig:
+class KLPenalty:
     """KL penalty to the reference policy, added to the loss as ``coef * agg(kl_penalty(logp, ref_logp))``.
 
     ``coef == 0`` turns it off, and then no reference model or reference forward pass exists at all.
@@ -33,7 +29,7 @@ class KLConfig:
     type: str = "low_var_kl"
     adaptive: bool = False
     target: float = 0.01
-    horizon: int = 10000
+    horizon: int = 1000  # as the config default (algorithm.kl.kl_horizon)
     init_kl_coeff: InitVar[float | None] = None
     kl_target: InitVar[float | None] = None
     kl_horizon: InitVar[int | None] = None
@@ -49,7 +45,7 @@ class KLConfig:
                 continue
             current = getattr(self, canonical)
             if current != defaults[canonical] and current != value:
-                raise ValueError(f"KLConfig: {alias}={value} conflicts with {canonical}={current}; set only one")
+                raise ValueError(f"KLPenalty: {alias}={value} conflicts with {canonical}={current}; set only one")
             setattr(self, canonical, value)
         self.validate()
 
@@ -95,7 +91,7 @@ class LearnerConfig:
     clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
     loss_agg_mode: str = "token-mean"
     entropy_coeff: float = 0.0
-    kl: KLConfig = field(default_factory=KLConfig)
+    kl: KLPenalty = field(default_factory=KLPenalty)
     # Compute dtype of every forward and backward: "bfloat16" = bf16 autocast (FSDP2: MixedPrecisionPolicy). The
     # weights and AdamW state are whatever the model was loaded as: float32 master weights unless the policy opts
     # into bf16 weights (base_models.<p>.master_weights=bfloat16, docs/training.md "Precision").
@@ -111,7 +107,7 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.kl, Mapping):
-            self.kl = KLConfig(**self.kl)
+            self.kl = KLPenalty(**self.kl)
         self.betas = tuple(self.betas)  # type: ignore[assignment]
         self.validate()
 
@@ -187,7 +183,7 @@ class LearnerConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown learner config keys {unknown}; valid keys: {sorted(known | {'kl', *flat_kl})}")
-        return cls(kl=KLConfig(**kl_values), **values)
+        return cls(kl=KLPenalty(**kl_values), **values)
 
 
 def _check(condition: bool, message: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from pettingllms.core.errors import ConfigError
-from pettingllms.models._atomic import atomic_directory, remove_directory_aside
+from pettingllms.core.atomic import atomic_directory, remove_directory_aside
 
 logger = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from typing import Iterator, Sequence
 
 import torch.nn as nn
 
+from pettingllms.core.choices import DEFAULT_LORA_TARGET_MODULES
 from pettingllms.core.errors import ConfigError
 
-DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _ADAPTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 _STATE_ATTR = "_pettingllms_adapter"  # which adapter use_adapter last routed to (None = base weights)
 _UNSET = object()
@@ -47,7 +47,7 @@ class LoraSpec:
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.0
-    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    target_modules: tuple[str, ...] = DEFAULT_LORA_TARGET_MODULES
 
     def __post_init__(self) -> None:
         if self.rank < 1:

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Genera
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.models import aliases
-from pettingllms.models._atomic import atomic_directory
+from pettingllms.core.atomic import atomic_directory
 
 DEFAULT_TINY_SHAPE = {"hidden": 64, "layers": 2, "heads": 4, "seed": 0}
 

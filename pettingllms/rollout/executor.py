@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core.env import Agent, Env, Problem
+from pettingllms.core.choices import RolloutMode, Selection
 from pettingllms.core.errors import ConfigError, EnvError, PromptTooLongError
 from pettingllms.core.types import (
     FINISH_LENGTH,
@@ -45,9 +46,9 @@ from pettingllms.core.types import (
 from pettingllms.rollout.batcher import RequestBatcher
 from pettingllms.rollout.policy_client import PolicyClient
 
-MODES = ("tree", "independent", "trajectory")
+MODES = RolloutMode.values()
 WHOLE_EPISODE = -1  # the turn of a trajectory-mode group key: (problem slot, WHOLE_EPISODE, agent)
-SELECTIONS = ("greedy", "sample", "first")
+SELECTIONS = Selection.values()
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class AgentSpec:
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
+class ExecutorConfig:
     mode: str = "tree"
     branching: int = 4  # K
     select: str = "greedy"
@@ -134,7 +135,7 @@ class Executor:
         env: Env,
         agents: Mapping[str, AgentSpec],
         clients: Mapping[str, PolicyClient],
-        config: RolloutConfig,
+        config: ExecutorConfig,
     ) -> None:
         missing = [a for a in env.graph.agents if a not in agents]
         if missing:
@@ -353,6 +354,7 @@ class Executor:
                     truncated=c.completion.finish_reason == FINISH_LENGTH,
                     chosen=k == node.chosen,
                     response_text=c.completion.text,
+                    info=dict(c.transition.info) if c.transition is not None else {},
                 )
             )
         return out
@@ -402,6 +404,7 @@ def _transcript_entry(turn: int, node: _Node) -> dict[str, Any]:
         "team_reward": chosen.team if chosen else None,
         "local_reward": chosen.local if chosen else None,
         "branch_rewards": [None if c.failed else c.reward for c in node.candidates],
+        "info": dict(chosen.transition.info) if chosen and chosen.transition is not None else {},
     }
 
 

@@ -41,6 +41,7 @@ from typing import Any, Mapping, Sequence
 
 import httpx
 
+from pettingllms.core.choices import PromptFormat
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import (
     FINISH_ERROR,
@@ -54,7 +55,7 @@ from pettingllms.core.types import (
 
 logger = logging.getLogger(__name__)
 
-PROMPT_FORMATS = ("ids", "text")
+PROMPT_FORMATS = PromptFormat.values()
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 _FINISH = {"stop": FINISH_STOP, "length": FINISH_LENGTH}

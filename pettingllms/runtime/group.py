@@ -4,7 +4,7 @@
   (``runtime/dispatch.py``);
 - ``update(batches)``: every policy's update, run in parallel across policies; every rank of a policy gets the
   whole batch;
-- ``save``/``load``/``export_hf``: per-policy state under one checkpoint directory (``runtime/worker_state.py``).
+- ``save``/``load``/``export_hf``: per-policy state under one checkpoint directory (``runtime/checkpoints.py``).
 
 With Ray, each policy is a worker group of ``layout.num_ranks`` ``PolicyWorker`` actors in its own placement
 group (``runtime/placement.py``, one bundle per TP group), checked against the cluster before any actor starts.

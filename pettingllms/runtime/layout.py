@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pettingllms.core.choices import EngineKind
 from pettingllms.core.errors import ConfigError
 
-ENGINES = ("auto", "hf", "vllm")
+ENGINES = EngineKind.values()
 
 
 @dataclass(frozen=True)

@@ -243,13 +243,13 @@ class PolicyWorker:
 
     # ------------------------------------------------------------------------------------------ state
     def save(self, directory: str) -> None:
-        from pettingllms.runtime.worker_state import save_worker_state
+        from pettingllms.runtime.checkpoints import save_worker_state
 
         engine_rng = self.engine.get_rng_state() if self.engine is not None else None
         save_worker_state(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng)
 
     def load(self, directory: str) -> None:
-        from pettingllms.runtime.worker_state import load_worker_state
+        from pettingllms.runtime.checkpoints import load_worker_state
 
         engine_rng = load_worker_state(Path(directory), self.learner, self.rank, self.spec.policy)
         if self.engine is not None and engine_rng is not None:

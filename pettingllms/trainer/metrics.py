@@ -1,7 +1,8 @@
 """Metrics from a step's samples and episodes. Pure functions.
 
 Key scheme (the trainer adds the policy-level and validation prefixes around these):
-- ``<policy>/<agent>/<metric>``: everything measured per agent (rewards, lengths, returns, per-turn rewards);
+- ``<policy>/<agent>/<metric>``: everything measured per agent (rewards, lengths, returns, per-turn rewards, and
+  ``info/<name>_mean`` for each numeric value the env put in ``Transition.info``);
 - ``episode/<metric>``: team-level outcomes of the step's episodes (success, turns), which belong to no agent;
 - ``<policy>/actor/...`` and ``<policy>/grpo/...``: one policy's update and grouping (added by the trainer);
 - ``val/<benchmark>/`` + any of the above: the same metrics on a validation benchmark.
@@ -9,6 +10,7 @@ Key scheme (the trainer adds the policy-level and validation prefixes around the
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from statistics import fmean
 from typing import Iterable, Mapping, Sequence
@@ -51,9 +53,21 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
             if s.chosen:
                 returns[s.episode] += s.reward
         out[f"{key}/episode_return_mean"] = _mean(returns.get(e, 0.0) for e in episodes)
+        out.update(info_metrics(ok, f"{key}/info"))
     for (policy, agent, turn), rows in sorted(by_turn.items()):
         out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if not s.failed)
     return out
+
+
+def info_metrics(samples: Sequence[Sample], prefix: str) -> dict[str, float]:
+    """The mean of every numeric ``Transition.info`` value the env reported (e.g. code's ``pass_rate``) over the
+    samples that have it, as ``<prefix>/<name>_mean``. Non-numeric values (labels, answers) stay in the records."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        for name, value in s.info.items():
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                values[name].append(float(value))
+    return {f"{prefix}/{name}_mean": _mean(v) for name, v in sorted(values.items())}
 
 
 def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") -> dict[str, float]:

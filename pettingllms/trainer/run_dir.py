@@ -7,27 +7,15 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from pettingllms.assembly.run_dirs import LOGGER_NAME
 from pettingllms.core import EpisodeRecord, Sample
 
-LOGGER_NAME = "pettingllms"
 # One line per training step. Not propagated: the console shows the step line through the progress bar instead.
 STEP_LOGGER = "pettingllms.steps"
 logging.getLogger(STEP_LOGGER).propagate = False
-
-
-def new_run_dir(log_dir: str | Path, experiment: str, now: datetime | None = None) -> Path:
-    now = now or datetime.now()
-    base = Path(log_dir) / experiment / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
-    return path
 
 
 def find_resumable_run(log_dir: str | Path, experiment: str) -> Path | None:
@@ -123,7 +111,7 @@ def _candidate(sample: Sample, advantage: float, in_loss: bool, decode_prompt) -
     out = {"episode": sample.episode, "branch": sample.branch, "response": sample.response_text,
            "reward": sample.reward, "team_reward": sample.team_reward, "local_reward": sample.local_reward,
            "advantage": advantage, "in_loss": in_loss, "chosen": sample.chosen, "failed": sample.failed,
-           "truncated": sample.truncated, "response_tokens": len(sample.response_ids)}
+           "truncated": sample.truncated, "response_tokens": len(sample.response_ids), "info": sample.info}
     if decode_prompt is not None:  # independent mode: the K episodes of a group may have different prompts
         out["prompt"] = decode_prompt(sample.prompt_ids)
     return out

@@ -20,9 +20,10 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
+from pettingllms.core.choices import Tracker
 from pettingllms.core import ConfigError
 
-BACKENDS = ("console", "tensorboard", "wandb")
+BACKENDS = Tracker.values()
 BACKEND_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}  # backend -> the package it imports
 
 

@@ -18,25 +18,26 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pettingllms.algo.grpo import score_samples
+from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
+from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Sample
+from pettingllms.data.problems import benchmark_sets, training_problems
 from pettingllms.models import resolve_model
 from pettingllms.rollout.executor import Executor
+from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
-from pettingllms.trainer import checkpoint as ckpt
-from pettingllms.trainer.data import DataCursor, benchmark_sets, training_problems
+from pettingllms.trainer.cursor import DataCursor
 from pettingllms.trainer.metrics import episode_metrics, prefixed, sample_metrics
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.run_dir import (
     attach_file_logger,
     detach_file_logger,
     find_resumable_run,
-    new_run_dir,
     truncate_summary,
     write_training_samples,
     write_validation_records,
 )
-from pettingllms.trainer.setup import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
 from pettingllms.trainer.tracking import make_trackers
 
 log = logging.getLogger("pettingllms.trainer")
@@ -96,7 +97,7 @@ class Trainer:
         if resume_from is not None:
             self._resume(resume_from)
         self.trackers = make_trackers(cfg.training.logger, self.run_dir, cfg.training.project_name,
-                                      cfg.training.experiment_name, OmegaConf.to_container(OmegaConf.structured(cfg)))
+                                      cfg.training.experiment_name, OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True))
         self._release.callback(self._close_trackers)
 
     # ------------------------------------------------------------------------------------------- the loop
@@ -179,7 +180,7 @@ class Trainer:
     def save_checkpoint(self, step: int) -> Path:
         state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash()}
         path = ckpt.save_checkpoint(self.run_dir / "checkpoints", step, state,
-                                    lambda tmp: self.policies.save(str(tmp / "policies")))
+                                    lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)))
         log.info("checkpoint written: %s", path)
         return path
 
@@ -187,7 +188,7 @@ class Trainer:
         state = ckpt.read_trainer_state(checkpoint)
         if state["config_hash"] != self._config_hash():
             log.warning("config differs from the checkpoint's (%s); resuming anyway", checkpoint)
-        self.policies.load(str(checkpoint / "policies"))
+        self.policies.load(str(checkpoint / ckpt.POLICIES_DIR))
         self.cursor.load_state_dict(state["cursor"])
         self.step_done = int(state["step"])
         truncate_summary(self.run_dir, self.step_done)
@@ -209,7 +210,7 @@ class Trainer:
         return run, None
 
     def _config_hash(self) -> str:
-        values = OmegaConf.to_container(OmegaConf.structured(self.cfg))
+        values = OmegaConf.to_container(OmegaConf.structured(self.cfg), enum_to_str=True)
         for key in RESUME_NEUTRAL_KEYS:
             values["training"].pop(key, None)
         return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]

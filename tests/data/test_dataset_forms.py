@@ -20,7 +20,7 @@ from pettingllms.data import catalog
 from pettingllms.envs.math.env import MathEnv
 from pettingllms.envs.sudoku.env import SudokuEnv
 from pettingllms.envs.toy.env import TargetsEnv
-from pettingllms.trainer.data import (
+from pettingllms.data.problems import (
     benchmark_label, benchmark_sets, describe_data, mixture, parse_spec, training_problems,
 )
 

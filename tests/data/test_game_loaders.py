@@ -13,7 +13,7 @@ from pettingllms.envs.sokoban.env import SokobanEnv
 from pettingllms.envs.sudoku.env import SudokuEnv
 from pettingllms.core import DataError, Problem
 from pettingllms.data.games import build_splits
-from pettingllms.trainer.data import benchmark_problems, training_problems
+from pettingllms.data.problems import benchmark_problems, training_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 

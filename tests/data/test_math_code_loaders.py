@@ -16,7 +16,7 @@ from pettingllms.core import DataError
 from pettingllms.data import code_sources, math_sources
 from pettingllms.data.loader import main
 from pettingllms.data.sources import decontaminate, mix, parse_weights, read_hub
-from pettingllms.trainer.data import dataset_path, load_problems
+from pettingllms.data.problems import dataset_path, load_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -73,12 +73,24 @@ def test_dry_run_runs_the_whole_plan_and_finds_the_data(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("rollout.mode=trees", "rollout.mode must be one of"),  # passed the schema before: a str
     ("specialization=L0", "L0 is a single agent: set env.agents=[<one of"),
     ("env.name=no_such_env", "unknown env 'no_such_env'"),
-    ("algorithm.filter=dapox", "algorithm.filter must be none|dapo|std|mean"),
 ])
 def test_dry_run_fails_on_what_only_the_plan_checks(override, needle, capsys):
+    assert main(["train", "--dry-run", override]) == 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override, needle", [
+    # Both passed the schema when choices were plain strings; typed choices refuse them as the config is composed.
+    ("rollout.mode=trees", "Invalid value 'trees', expected one of [tree, independent, trajectory] (key rollout.mode)"),
+    ("algorithm.filter=dapox", "Invalid value 'dapox', expected one of [none, dapo, std, mean] (key algorithm.filter)"),
+    ("algorithm.loss_agg_mode=token-means", "expected one of [token-mean, token-sum, seq-mean-token-mean, "
+                                            "seq-mean-token-sum] (key algorithm.loss_agg_mode)"),
+    ("training.logger=[console,wandbb]", "Invalid value 'wandbb', expected one of [console, tensorboard, wandb]"),
+    ("base_models.policy_0.engine=vlm", "base_models.policy_0: Invalid value 'vlm', expected one of [auto, hf, vllm]"),
+])
+def test_a_wrong_choice_fails_at_composition_naming_the_key_and_the_choices(override, needle, capsys):
     assert main(["train", "--dry-run", override]) == 2
     assert needle in capsys.readouterr().err
 

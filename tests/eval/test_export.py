@@ -34,7 +34,7 @@ def logits(model) -> torch.Tensor:
 def trained_model(run: Path, adapters: tuple[str, ...] = ()):
     """The policy as the checkpoint holds it, built the way the trainer built it."""
     from pettingllms.models import LoraSpec, load_model
-    from pettingllms.runtime.worker_state import load_trained_weights
+    from pettingllms.runtime.checkpoints import load_trained_weights
 
     lora = LoraSpec(rank=4, alpha=32.0, target_modules=("q_proj", "k_proj", "v_proj", "o_proj")) if adapters else None
     model = load_model("tiny-random-smollm2", "float32", lora, adapters)

@@ -1,6 +1,6 @@
 import pytest
 
-from pettingllms.learner.config import KLConfig, LearnerConfig
+from pettingllms.learner.config import KLPenalty, LearnerConfig
 
 
 def test_total_steps_is_required_and_positive():
@@ -40,17 +40,17 @@ def test_bad_values_name_the_field(field, value):
 
 
 def test_kl_config_accepts_verl_names_and_rejects_conflicts():
-    kl = KLConfig(init_kl_coeff=0.05, kl_target=0.02, kl_horizon=500, adaptive=True)
+    kl = KLPenalty(init_kl_coeff=0.05, kl_target=0.02, kl_horizon=500, adaptive=True)
     assert (kl.coef, kl.target, kl.horizon, kl.enabled) == (0.05, 0.02, 500, True)
-    assert not KLConfig().enabled
+    assert not KLPenalty().enabled
     with pytest.raises(ValueError, match="conflicts"):
-        KLConfig(coef=0.1, init_kl_coeff=0.2)
+        KLPenalty(coef=0.1, init_kl_coeff=0.2)
     with pytest.raises(ValueError, match="kl.type"):
-        KLConfig(type="k9")
+        KLPenalty(type="k9")
     with pytest.raises(ValueError, match="kl.coef"):
-        KLConfig(coef=-1.0)
+        KLPenalty(coef=-1.0)
     with pytest.raises(ValueError, match="kl.target"):
-        KLConfig(coef=0.1, adaptive=True, target=0.0)
+        KLPenalty(coef=0.1, adaptive=True, target=0.0)
 
 
 def test_from_dict_accepts_nested_and_flat_kl_and_rejects_unknown_keys():

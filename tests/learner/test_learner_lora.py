@@ -6,7 +6,7 @@ The public reference trained a single adapter for all agents; here that is impos
 import pytest
 import torch
 
-from pettingllms.learner import KLConfig, LearnerConfig, PolicyLearner
+from pettingllms.learner import KLPenalty, LearnerConfig, PolicyLearner
 from pettingllms.models.lora import adapter_parameters
 
 CONFIG = dict(total_steps=5, lr=1e-3)

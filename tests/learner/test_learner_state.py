@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from pettingllms.learner import KLConfig, LearnerConfig, PolicyLearner
+from pettingllms.learner import KLPenalty, LearnerConfig, PolicyLearner
 
 
 def _config():
@@ -18,7 +18,7 @@ def _config():
         ppo_epochs=2,
         ppo_mini_batch_size=3,
         micro_batch_max_tokens=24,
-        kl=KLConfig(coef=0.05, adaptive=True, target=0.001, horizon=20),
+        kl=KLPenalty(coef=0.05, adaptive=True, target=0.001, horizon=20),
     )
 
 

@@ -73,7 +73,7 @@ def test_there_are_qwen3_configs_to_check():
 @pytest.mark.parametrize("name, overrides", _qwen3_configs(), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_qwen3_config_runs_non_thinking_and_every_policy_gets_it(name, overrides):
     from pettingllms.entry.train import load_config
-    from pettingllms.trainer.setup import plan
+    from pettingllms.assembly.plan import plan
 
     cfg = load_config(name, overrides)
     assert cfg.base_models["policy_0"].chat_template_kwargs == {"enable_thinking": False}

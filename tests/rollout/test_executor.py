@@ -206,3 +206,28 @@ def test_a_crashing_env_names_the_problem(make_executor):
     executor, _ = make_executor(Crashing(max_turns=1), by_branch, branching=2)
     with pytest.raises(EnvError, match=r"problem 'q0'.*agent 'alice'.*boom"):
         executor.run(problems(1), seeds=[0])
+
+
+class InfoTargetsEnv(TargetsEnv):
+    """Reports each action's length and a label in ``Transition.info``."""
+
+    def step(self, state, agent, action):
+        transition = super().step(state, agent, action)
+        transition.info = {"chars": len(str(action)), "label": f"{agent}:{action}"}
+        return transition
+
+
+def test_transition_info_reaches_samples_records_and_metrics(make_executor):
+    from pettingllms.trainer.metrics import sample_metrics
+
+    executor, _ = make_executor(InfoTargetsEnv(max_turns=1, threshold=2.0), lambda p, k, r: "a" * (k + 1),
+                                branching=3)
+    result = executor.run(problems(2), seeds=[0, 1])
+    for s in result.samples:
+        assert s.info == {"chars": len(s.response_text), "label": f"{s.agent}:{s.response_text}"}
+    for episode in result.episodes:
+        for entry in episode.transcript:  # the chosen branch's info
+            assert entry["info"]["chars"] == len(entry["response"])
+    metrics = sample_metrics(result.samples)
+    assert metrics["policy_0/alice/info/chars_mean"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3 per node
+    assert not any("label" in key for key in metrics)  # labels stay in the records

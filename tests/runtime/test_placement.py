@@ -96,7 +96,7 @@ def test_an_engine_must_fit_on_one_node_and_cpus_add_up():
 
 def plan_of(*overrides):
     from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.setup import plan
+    from pettingllms.assembly.plan import plan
 
     return plan(to_schema(compose("train", ["base_models.policy_0.path=tiny-random-smollm2", *overrides])))
 

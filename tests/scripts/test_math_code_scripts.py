@@ -49,7 +49,7 @@ def test_script_is_valid_bash_that_sources_the_launcher(script):
 def test_script_defaults_compose_into_the_paper_settings(script):
     from pettingllms.config.load import compose, to_schema
     from pettingllms.config.plan import plan_run
-    from pettingllms.trainer.setup import build_env
+    from pettingllms.assembly.plan import build_env
 
     config, defaults = script_defaults(script)
     domain = script.parent.name

@@ -6,8 +6,9 @@ import os
 import pytest
 
 from pettingllms.core import DataError, Problem
-from pettingllms.trainer import checkpoint as ckpt
-from pettingllms.trainer.data import DataCursor, load_problems
+from pettingllms.runtime import checkpoints as ckpt
+from pettingllms.data.problems import load_problems
+from pettingllms.trainer.cursor import DataCursor
 
 
 def problems(n):

@@ -13,7 +13,7 @@ import pytest
 from pettingllms.cli import main
 from pettingllms.core import PromptTooLongError
 from pettingllms.entry.train import load_config, run_training
-from pettingllms.trainer import checkpoint as ckpt
+from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.trainer.run_dir import STEP_LOGGER
 
 TINY = [

@@ -7,7 +7,7 @@ import pytest
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.entry.train import load_config
-from pettingllms.trainer.setup import plan
+from pettingllms.assembly.plan import plan
 
 BASE = ["base_models.policy_0.path=tiny-random-smollm2", "env.name=toy_targets"]
 
@@ -35,7 +35,7 @@ def test_bf16_compute_keeps_fp32_master_weights_unless_asked_and_the_keys_reach_
 
 @pytest.mark.parametrize("overrides, message", [
     (["base_models.policy_0.master_weights=bfloat16"], "needs base_models.policy_0.dtype=bfloat16"),
-    (["base_models.policy_0.master_weights=float16"], "master_weights must be float32 or bfloat16"),
+    (["base_models.policy_0.master_weights=float16"], r"expected one of \[float32, bfloat16\] \(key master_weights\)"),
     (["algorithm.tis_cap=0.5"], r"algorithm\.tis_cap\) must be 0 \(off\) or >= 1"),
     (["algorithm.rollout_check.max_kl=-1"], r"algorithm\.rollout_check\.max_kl\) must be >= 0"),
 ])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pettingllms.trainer.setup import RunPlan
+from pettingllms.assembly.plan import RunPlan
 
 
 def describe_plan(run_plan: RunPlan) -> str:

@@ -1,33 +1,97 @@
-"""The checkpoint format of a policy's worker group: one format whatever the number of ranks.
+"""The checkpoint format, in one place: step directories for the run, and each policy's state within them.
 
-    <checkpoint>/policies/<policy>/
-        learner/        torch.distributed.checkpoint (DCP): trained weights (LoRA: the adapters) and AdamW state;
-                        every rank writes its own shards, a single process writes them all
-        learner.json    the state every rank shares: step, LR schedule, KL coefficients, adapters, which parameters
-                        have optimizer state, how many ranks wrote it, the format version
-        rank_<r>.pt     rank r's RNG state (torch's, and its engine's on engine hosts); plain tensors and numbers,
-                        loaded with ``torch.load(weights_only=True)``
+    <run>/checkpoints/
+        latest                      the name of the newest complete step directory (replaced atomically)
+        step_000010/
+            trainer_state.json      step, data cursor, config hash (the trainer's part)
+            policies/<policy>/
+                learner/            torch.distributed.checkpoint (DCP): trained weights (LoRA: the adapters) and
+                                    AdamW state; every rank writes its own shards, a single process writes them all
+                learner.json        the state every rank shares: step, LR schedule, KL coefficients, adapters, which
+                                    parameters have optimizer state, how many ranks wrote it, the format version
+                rank_<r>.pt         rank r's RNG state (torch's, and its engine's on engine hosts); plain tensors and
+                                    numbers, loaded with ``torch.load(weights_only=True)``
 
-DCP writes tensors from where they live (no device-side copy of the optimizer state) and reshards on load, so a
-checkpoint written by N ranks resumes on M ranks, in one process, or loads into a plain model for evaluation
-and export (``load_trained_weights``). This module is the only place that knows these file names.
+A step directory is built under a temporary name and renamed into place, then ``latest`` moves (both atomic), so
+a crash at any point leaves either the old or the new checkpoint, never a half-written one that ``latest`` names.
+``prune_checkpoints`` keeps the newest N (``training.max_ckpt_to_keep``). DCP writes tensors from where they live
+(no device-side copy of the optimizer state) and reshards on load, so a checkpoint written by N ranks resumes on M
+ranks, in one process, or loads into a plain model for evaluation and export (``load_trained_weights``). The trainer
+writes through here and the evaluation reads through here; no other module knows these names.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pettingllms.core import ConfigError
+from pettingllms.core.atomic import atomic_directory, remove_directory_aside, write_text_atomic
 
 if TYPE_CHECKING:
     import torch
 
     from pettingllms.learner import PolicyLearner
 
+LATEST = "latest"
+STATE_FILE = "trainer_state.json"
+POLICIES_DIR = "policies"
+_STEP_DIR = re.compile(r"step_\d{6,}")
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_payload: Callable[[Path], None]) -> Path:
+    """Create ``root/step_<step>`` atomically (replacing a re-run of the same step), then point ``latest`` at it.
+
+    write_payload(step_dir): writes the policies' state into the (temporary) step directory, under
+    ``POLICIES_DIR`` (each policy's folder by ``save_worker_state``).
+    """
+    final = Path(root) / step_dir_name(step)
+    with atomic_directory(final, replace=True) as tmp:
+        write_payload(tmp)
+        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
+    write_text_atomic(Path(root) / LATEST, final.name)
+    return final
+
+
+def prune_checkpoints(root: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` step directories (``keep <= 0``: keep every one). The checkpoint that
+    ``latest`` names is never deleted. Returns the deleted directories, oldest first."""
+    if keep <= 0 or not root.is_dir():
+        return []
+    steps = sorted((p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name)), key=lambda p: p.name)
+    latest = latest_checkpoint(root)
+    doomed = [p for p in steps[:-keep] if latest is None or p.name != latest.name]
+    for path in doomed:
+        remove_directory_aside(path)  # never a half-deleted step directory that looks like a checkpoint
+    return doomed
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    pointer = Path(root) / LATEST
+    if not pointer.is_file():
+        return None
+    path = Path(root) / pointer.read_text().strip()
+    return path if (path / STATE_FILE).is_file() else None
+
+
+def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    return json.loads((checkpoint / STATE_FILE).read_text())
+
+
+def policy_dir(checkpoint: Path, policy: str) -> Path:
+    """A policy's state folder inside a step directory."""
+    return Path(checkpoint) / POLICIES_DIR / policy
+
+
+# ---------------------------------------------------------------------------------------------- a policy's state
 FORMAT = 2
 SHARDS_DIR = "learner"
 META_FILE = "learner.json"

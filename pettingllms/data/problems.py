@@ -1,4 +1,4 @@
-"""Where problems come from, and a resumable cursor over them.
+"""Where a run's problems come from: ``env.dataset`` and ``env.benchmark`` resolved to problems.
 
 ``env.dataset`` (training) and each entry of ``env.benchmark`` (validation) is one of:
 - a **name**: ``data/<domain>/<split>/<name>.parquet`` under ``env.data_root`` (what the loaders write;
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import DataError, Env, Problem
+from pettingllms.data.layout import dataset_path
 
 PROCEDURAL_TRAIN_SIZE = 100_000  # generated problems per epoch when an env makes its own tasks
 PROCEDURAL_TEST_SIZE = 50
@@ -34,10 +35,6 @@ PROCEDURAL = "procedural"
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _HUB_ID = re.compile(r"(?P<id>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?::(?P<split>[\w.\-]+))?")
-
-
-def dataset_path(data_root: str | Path, domain: str, split: str, name: str) -> Path:
-    return Path(data_root) / domain / split / f"{name}.parquet"
 
 
 # ----------------------------------------------------------------------------------------------- sources
@@ -337,48 +334,3 @@ def _key(split: str) -> str:
 
 def _label(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text) or "data"
-
-
-# ----------------------------------------------------------------------------------------------- cursor
-@dataclass
-class DataCursor:
-    """Walks shuffled epochs of ``epoch_size`` problems. Its state is two integers, saved in checkpoints."""
-
-    problems: Sequence[Problem]
-    epoch_size: int
-    seed: int
-    epoch: int = 0
-    position: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.problems:
-            raise DataError("the training dataset is empty")
-        if self.epoch_size is None or self.epoch_size <= 0:
-            self.epoch_size = len(self.problems)
-        self.epoch_size = min(self.epoch_size, len(self.problems))
-        self._order = self._epoch_order(self.epoch)
-
-    def next_batch(self, batch_size: int) -> list[tuple[Problem, int]]:
-        """``batch_size`` (problem, seed) pairs; the seed is unique per draw, so resets never repeat."""
-        batch = []
-        for _ in range(batch_size):
-            if self.position >= self.epoch_size:
-                self.epoch, self.position = self.epoch + 1, 0
-                self._order = self._epoch_order(self.epoch)
-            index = self._order[self.position]
-            draw = self.epoch * self.epoch_size + self.position
-            batch.append((self.problems[index], self.seed * 1_000_003 + draw))
-            self.position += 1
-        return batch
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-        self._order = self._epoch_order(self.epoch)
-
-    def _epoch_order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.problems)))
-        random.Random(f"{self.seed}/epoch/{epoch}").shuffle(order)
-        return order[: self.epoch_size]

@@ -13,11 +13,11 @@ from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
 from pettingllms.core.registry import get_env_class, import_modules
-from pettingllms.learner import KLConfig, LearnerConfig
+from pettingllms.learner import KLPenalty, LearnerConfig
 from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
 from pettingllms.rollout.executor import AgentSpec
-from pettingllms.rollout.executor import RolloutConfig as ExecutorConfig
+from pettingllms.rollout.executor import ExecutorConfig
 from pettingllms.rollout.policy_client import PolicyClient
 from pettingllms.runtime.layout import WorkerLayout, resolve_layout
 from pettingllms.runtime.spec import WorkerSpec
@@ -74,8 +74,6 @@ def plan(cfg: Config) -> RunPlan:
         filter_ratio=cfg.algorithm.filter_ratio,
         unit="episode" if cfg.rollout.mode == "trajectory" else "sample",  # trajectory: an episode's return counts once
     )
-    if advantage_config.filter not in ("none", "dapo", "std", "mean"):
-        raise ConfigError(f"algorithm.filter must be none|dapo|std|mean, got {advantage_config.filter!r}")
     worker_specs = worker_specs_of(cfg, policies)
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs)
 
@@ -125,8 +123,6 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
         raise ConfigError(f"{where}: FSDP worker groups run as Ray actors; set resources.use_ray=true")
     if options.cpu_offload and not layout.uses_gpus:
         raise ConfigError(f"{where}.fsdp.cpu_offload needs GPU ranks; on CPU there is nothing to offload")
-    if model.master_weights not in ("float32", "bfloat16"):
-        raise ConfigError(f"{where}.master_weights must be float32 or bfloat16, got {model.master_weights!r}")
     if model.master_weights == "bfloat16" and model.dtype != "bfloat16":
         raise ConfigError(f"{where}.master_weights=bfloat16 needs {where}.dtype=bfloat16 (bf16 compute)")
     return layout
@@ -179,7 +175,7 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
             clip_ratio_c=a.clip_ratio_c,
             loss_agg_mode=a.loss_agg_mode,
             entropy_coeff=a.entropy_coeff,
-            kl=KLConfig(coef=kl.init_kl_coeff, type=kl.kl_type, adaptive=kl.adaptive, target=kl.kl_target,
+            kl=KLPenalty(coef=kl.init_kl_coeff, type=kl.kl_type, adaptive=kl.adaptive, target=kl.kl_target,
                         horizon=kl.kl_horizon),
             dtype=dtype,
             gradient_checkpointing=o.gradient_checkpointing,
