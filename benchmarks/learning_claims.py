@@ -88,13 +88,13 @@ SEEDS = (0, 1, 2)
 BUDGET, EVERY = 3000, 600
 
 
-def run(method: str, seed: int, budget: int, every: int, log_dir: Path) -> dict:
+def run(method: str, seed: int, budget: int, every: int, log_dir: Path, extra: Sequence[str] = ()) -> dict:
     """One training run to the token budget, evaluating on the held-out problems along the way."""
     from pettingllms.entry.train import load_config
     from pettingllms.trainer.trainer import Trainer
 
     overrides = [*COMMON, *METHODS[method], f"training.seed={seed}", f"training.log_dir={log_dir}",
-                 f"training.experiment_name={method}_seed{seed}"]
+                 f"training.experiment_name={method}_seed{seed}", *extra]
     trainer = Trainer(load_config("train", overrides))
     started = time.perf_counter()
     try:
@@ -176,12 +176,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     seeds = SEEDS[:1] if args.quick else SEEDS
     budget, every = (120, 60) if args.quick else (BUDGET, EVERY)
+    extra = ["env.max_val_problems=8"] if args.quick else []  # --quick checks the pipeline, not the figures
     load_before = load_average()
     started = time.perf_counter()
     runs = []
     for seed in seeds:
         for method in args.methods:
-            result = run(method, seed, budget, every, Path(args.log_dir))
+            result = run(method, seed, budget, every, Path(args.log_dir), extra)
             runs.append(result)
             print(f"{method} seed {seed}: {result['steps']} steps, {result['tokens']} tokens, held-out "
                   f"{' -> '.join(f'{v:.2f}' for _, v in result['curve'])}", flush=True)

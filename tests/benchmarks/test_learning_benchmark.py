@@ -30,3 +30,23 @@ def test_smollm2_quickstart_task_learns(tmp_path):
     assert steps[0] == 0 and steps[-1] == result["steps"]
     for key in ("episode/success_rate",):
         assert result["curves"][key] and all(0.0 <= v <= 1.0 for v in result["curves"][key])
+
+
+@pytest.mark.slow
+def test_learning_claims_quick_runs_every_method_end_to_end(tmp_path):
+    """The pre-registered comparison's pipeline, at a tiny budget: each method trains past its budget, is evaluated
+    before and after, and the report, its comparisons and the plot are written."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "learning_claims.py"), "--quick", "--out-dir", str(tmp_path),
+         "--log-dir", str(tmp_path / "logs")],
+        check=True, cwd=ROOT,
+    )
+    report = json.loads((tmp_path / "learning_claims.json").read_text())
+    assert {r["method"] for r in report["runs"]} == {"at_grpo", "trajectory", "single_agent"}
+    for r in report["runs"]:
+        assert r["tokens"] >= report["config"]["budget_tokens"] and r["steps"] >= 1
+        assert r["curve"][0][0] == 0 and len(r["curve"]) >= 2
+        assert all(0.0 <= value <= 1.0 for _, value in r["curve"])
+    assert set(report["comparisons"]) == {f"at_grpo - {other} ({metric})" for other in ("trajectory", "single_agent")
+                                          for metric in ("auc", "final")}
+    assert (tmp_path / "learning_claims.png").stat().st_size > 10_000
