@@ -72,6 +72,6 @@ def test_the_wheel_installs_into_a_fresh_venv_and_dry_runs_the_quickstart(tmp_pa
     done = subprocess.run([str(venv / "bin" / "pettingllms"), "train", "--config-name", "quickstart", "--dry-run"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "agent:    solver -> policy_0 (adapter shared), trainable" in done.stdout
+    assert "agent:    reader -> policy_0 (adapter shared), trainable" in done.stdout  # the vault quickstart
     assert "dry run: config, plan and data checked" in done.stdout
     assert not (elsewhere / "logs").exists()
