@@ -36,11 +36,14 @@ class FSDPConfig:
 @dataclass
 class ModelConfig:
     path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
-    dtype: DType = DType.float32  # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
-    master_weights: DType = DType.float32  # the learner's weights and AdamW state; bfloat16 halves memory, loses small updates
+    # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
+    dtype: DType = DType.float32
+    # the learner's weights and AdamW state; bfloat16 halves memory, loses small updates
+    master_weights: DType = DType.float32
     chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)  # e.g. {enable_thinking: false} for Qwen3
     lora: LoraConfig = field(default_factory=LoraConfig)
-    engine: EngineKind = EngineKind.auto  # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
+    # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
+    engine: EngineKind = EngineKind.auto
     engine_options: Dict[str, Any] = field(default_factory=dict)  # engine keywords, e.g. vLLM gpu_memory_utilization
     # The GPU layout (docs/distributed.md): num_gpus GPUs -> num_gpus FSDP2 ranks (one GPU each) and
     # num_gpus / tensor_parallel vLLM engines of tensor_parallel GPUs each, colocated with the ranks.
@@ -89,7 +92,8 @@ class EnvConfig:
 
 @dataclass
 class RolloutConfig:
-    mode: RolloutMode = RolloutMode.tree  # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
+    # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
+    mode: RolloutMode = RolloutMode.tree
     branching: int = 4  # K: candidates per (turn, agent) node, or episodes per problem when independent
     select: Selection = Selection.greedy  # greedy | sample | first
     val_samples: int = 1  # independent episodes per validation problem
@@ -122,7 +126,7 @@ class AlgorithmConfig:
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     clip_ratio_c: float = 3.0  # dual clip
-    loss_agg_mode: LossAggMode = LossAggMode["token-mean"]  # token-mean | seq-mean-token-mean | seq-mean-token-sum | ...
+    loss_agg_mode: LossAggMode = LossAggMode["token-mean"]  # token-mean | token-sum | seq-mean-token-*
     entropy_coeff: float = 0.0
     kl: KLConfig = field(default_factory=KLConfig)
     rollout_check: RolloutCheckConfig = field(default_factory=lambda: RolloutCheckConfig())
@@ -176,7 +180,8 @@ class ResourcesConfig:
 
 @dataclass
 class Config:
-    specialization: Specialization = Specialization.L1  # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
+    # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
+    specialization: Specialization = Specialization.L1
     # Typed as Any so users can add entries with `+base_models.policy_1.path=...` (OmegaConf 2.3 cannot merge new
     # keys into a dict of dataclasses); ``load.to_schema`` validates each entry against ModelConfig/AgentConfig.
     base_models: Dict[str, Any] = field(default_factory=dict)
@@ -200,7 +205,7 @@ class EvalModelConfig:
     server_url: Optional[str] = None  # an OpenAI-compatible server, e.g. http://host:8000/v1 (eval only)
     served_name: Optional[str] = None  # the server's model name; None = base_models.policy_0.path
     api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the server's API key (optional)
-    prompt_format: PromptFormat = PromptFormat.ids  # ids: send exact prompt token ids | text: send the decoded prompt
+    prompt_format: PromptFormat = PromptFormat.ids  # ids: exact prompt token ids | text: the decoded prompt
     vllm_extras: bool = True  # send vLLM/sglang fields (top_k, return_token_ids); false for strict servers
     request_timeout_s: float = 600.0
     max_concurrency: int = 32  # requests in flight to the server

@@ -7,7 +7,7 @@ spelled in one place only.
 
 A member *is* its name as a string: it compares, hashes, formats and serialises (JSON, Ray) like the plain string,
 so ``cfg.rollout.mode == "tree"`` and ``f"{mode}"`` work as before. Member names equal their values, since OmegaConf
-converts a string to a member by name; names that are not identifiers (``token-mean``) use the functional API.
+converts a string to a member by name, so every enum is built from its values (``token-mean`` is no identifier).
 """
 
 from __future__ import annotations
@@ -30,68 +30,25 @@ class Choice(str, Enum):
 
 
 def _choice(name: str, values: tuple[str, ...]) -> type[Choice]:
-    return Choice(name, [(value, value) for value in values], module=__name__, qualname=name)  # type: ignore[return-value]
+    """A Choice enum whose members are ``values``, each named by its value (OmegaConf looks members up by name)."""
+    members = [(value, value) for value in values]
+    return Choice(name, members, module=__name__, qualname=name)  # type: ignore[return-value]
 
 
-class Specialization(Choice):
-    """L0 single agent | L1 one shared policy | L2 one LoRA adapter per agent | L3 one model per agent."""
-
-    L0 = "L0"
-    L1 = "L1"
-    L2 = "L2"
-    L3 = "L3"
-
-
-class RolloutMode(Choice):
-    """tree: AT-GRPO (K candidates per (turn, agent) node) | independent: K episodes, groups per turn |
-    trajectory: K episodes, one group per (problem, agent) scored with the episode's return."""
-
-    tree = "tree"
-    independent = "independent"
-    trajectory = "trajectory"
-
-
-class Selection(Choice):
-    """Which of a node's K candidates the episode continues with."""
-
-    greedy = "greedy"
-    sample = "sample"
-    first = "first"
-
-
-class GroupFilter(Choice):
-    none = "none"
-    dapo = "dapo"
-    std = "std"
-    mean = "mean"
-
-
-class DType(Choice):
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-
-
-class EngineKind(Choice):
-    """auto: vLLM when the policy has GPUs, the transformers engine on CPU."""
-
-    auto = "auto"
-    hf = "hf"
-    vllm = "vllm"
-
-
-class Tracker(Choice):
-    console = "console"
-    tensorboard = "tensorboard"
-    wandb = "wandb"
-
-
-class PromptFormat(Choice):
-    """What ``pettingllms eval`` sends an OpenAI-compatible server: exact prompt token ids, or the decoded text."""
-
-    ids = "ids"
-    text = "text"
-
-
+# L0 single agent | L1 one shared policy | L2 one LoRA adapter per agent | L3 one model per agent.
+Specialization = _choice("Specialization", ("L0", "L1", "L2", "L3"))
+# tree: AT-GRPO (K candidates per (turn, agent) node) | independent: K episodes, groups per turn |
+# trajectory: K episodes, one group per (problem, agent) scored with the episode's return.
+RolloutMode = _choice("RolloutMode", ("tree", "independent", "trajectory"))
+# Which of a node's K candidates the episode continues with.
+Selection = _choice("Selection", ("greedy", "sample", "first"))
+GroupFilter = _choice("GroupFilter", ("none", "dapo", "std", "mean"))
+DType = _choice("DType", ("float32", "bfloat16"))
+# auto: vLLM when the policy has GPUs, the transformers engine on CPU.
+EngineKind = _choice("EngineKind", ("auto", "hf", "vllm"))
+Tracker = _choice("Tracker", ("console", "tensorboard", "wandb"))
+# What ``pettingllms eval`` sends an OpenAI-compatible server: exact prompt token ids, or the decoded text.
+PromptFormat = _choice("PromptFormat", ("ids", "text"))
 # Aggregation modes whose micro-batch losses add up exactly to the mini-batch loss. verl's
 # ``seq-mean-token-sum-norm`` divides by the padded response width, which differs between token-budget micro-batches,
 # so gradient accumulation would not equal one big batch; it is refused rather than silently wrong.

@@ -82,12 +82,12 @@ def load_policy_weights(model: torch.nn.Module, checkpoint: Path, policy: str, a
 
     ``model`` must be built like the trainer built it (same base, same LoRA adapters).
     """
-    folder = checkpoint / ckpt.POLICIES_DIR
-    if not (folder / policy).is_dir():
-        found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-        raise ConfigError(f"checkpoint {checkpoint} has no state for policy {policy!r} (expected {folder / policy}); "
+    folder = ckpt.policy_dir(checkpoint, policy)
+    if not folder.is_dir():
+        found = sorted(p.name for p in folder.parent.iterdir()) if folder.parent.is_dir() else []
+        raise ConfigError(f"checkpoint {checkpoint} has no state for policy {policy!r} (expected {folder}); "
                           f"it has policies {found}")
-    loaded = ckpt.load_trained_weights(model, ckpt.policy_dir(checkpoint, policy), policy, adapters)
+    loaded = ckpt.load_trained_weights(model, folder, policy, adapters)
     if loaded is None:
         log.info("policy %s was not trained in this run (no learner state): evaluating its base weights", policy)
         return "base weights (the policy was not trained)"

@@ -96,8 +96,9 @@ class Trainer:
         self.step_done = 0
         if resume_from is not None:
             self._resume(resume_from)
+        values = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
         self.trackers = make_trackers(cfg.training.logger, self.run_dir, cfg.training.project_name,
-                                      cfg.training.experiment_name, OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True))
+                                      cfg.training.experiment_name, values)
         self._release.callback(self._close_trackers)
 
     # ------------------------------------------------------------------------------------------- the loop

@@ -62,7 +62,8 @@ def test_unknown_model_path(tmp_path):
 
 
 def test_unknown_engine_is_named_before_anything_loads(tmp_path):
-    with pytest.raises(ConfigError, match=r"base_models.policy_0: Invalid value 'vlm', expected one of \[auto, hf, vllm\] \(key engine\)"):
+    expected = r"base_models.policy_0: Invalid value 'vlm', expected one of \[auto, hf, vllm\] \(key engine\)"
+    with pytest.raises(ConfigError, match=expected):
         run_training("train", BASE + [f"training.log_dir={tmp_path}", "base_models.policy_0.engine=vlm"])
     assert not list(tmp_path.iterdir())
 
