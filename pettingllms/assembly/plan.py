@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pettingllms.algo.grpo import AdvantageConfig
+from pettingllms.config.frozen import thaw
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
@@ -40,7 +41,7 @@ def build_env(cfg: Config) -> Env:
     import_modules(cfg.env.imports, "env.imports")  # a user's module may register its envs before lookup
     env_cls = get_env_class(cfg.env.name)
     try:
-        return env_cls(max_turns=cfg.env.max_turns, **dict(cfg.env.options))
+        return env_cls(max_turns=cfg.env.max_turns, **thaw(cfg.env.options))
     except TypeError as exc:
         raise ConfigError(f"env {cfg.env.name!r} rejected env.options {dict(cfg.env.options)}: {exc}") from exc
 
@@ -148,10 +149,10 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout, threads:
         trainable=policy.trainable,
         seed=cfg.training.seed,
         num_threads=threads,
-        engine_options=dict(model.engine_options),
+        engine_options=thaw(model.engine_options),
         fsdp=FSDPOptions(fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward) if layout.sharded else None,
         master_weights=model.master_weights,
-        chat_template_kwargs=dict(model.chat_template_kwargs),
+        chat_template_kwargs=thaw(model.chat_template_kwargs),
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any, Iterator, Sequence
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pettingllms.config.frozen import freeze, thaw
 from pettingllms.config.schema import AgentConfig, Config, ModelConfig, register_schema
 from pettingllms.core.errors import ConfigError
 
@@ -287,14 +288,30 @@ def _first_line(exc: BaseException) -> str:
 
 # ----------------------------------------------------------------------------------------------- typed object
 def to_schema(cfg: DictConfig) -> Config:
-    """The typed object (dataclass instances all the way down); raises ConfigError on bad or missing values."""
+    """The typed, frozen object (dataclass instances all the way down, read-only: ``config/frozen.py``); raises
+    ConfigError on bad or missing values."""
     try:
         config: Config = OmegaConf.to_object(cfg)  # type: ignore[assignment]
         config.base_models = {k: _typed(ModelConfig, v, f"base_models.{k}") for k, v in config.base_models.items()}
         config.agents = {k: _typed(AgentConfig, v, f"agents.{k}") for k, v in config.agents.items()}
     except OmegaConfBaseException as exc:
         raise ConfigError(f"invalid config: {explain(exc)}") from exc
-    return config
+    return freeze(config)
+
+
+def from_schema(config: Config) -> DictConfig:
+    """The typed object back as an OmegaConf config (schema defaults filled in): ``config.yaml`` of a run, the
+    dry run's printout, the trackers' hyperparameters."""
+    return OmegaConf.structured(thaw(config))
+
+
+def to_yaml(config: Config) -> str:
+    return OmegaConf.to_yaml(from_schema(config))
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    """Plain dicts, lists and scalars (choices as their names): what trackers log and the resume hash reads."""
+    return OmegaConf.to_container(from_schema(config), enum_to_str=True)  # type: ignore[return-value]
 
 
 def _typed(schema: type, value: object, where: str):

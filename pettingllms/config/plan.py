@@ -3,16 +3,16 @@
 - L0: one agent (``env.agents=[role]``) on one policy.
 - L1: every agent on one shared policy; roles differ by prompt.
 - L2: one shared base model with one LoRA adapter per agent, named after the agent.
-- L3: one model per agent. Agents that would share a policy get their own copy of its config, named
+- L3: one model per agent. Agents that would share a policy get their own entry (its config), named
   ``policy_<agent>``.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from pettingllms.config.frozen import evolve, thaw
 from pettingllms.config.schema import AgentConfig, Config, ModelConfig, SamplingConfig
 from pettingllms.core.choices import Specialization
 from pettingllms.core.errors import ConfigError
@@ -101,15 +101,13 @@ def _split_shared_policies(
             raise ConfigError(f"agents {roles} use policy {policy!r}, which has no base_models entry")
         for role in roles:
             name = f"policy_{role}"
-            models[name] = copy.deepcopy(models[policy])
+            models[name] = models[policy]  # read-only, so the entries may share it
             agent_cfgs[role] = _with_policy(agent_cfgs[role], name)
     return agent_cfgs, models
 
 
 def _with_policy(agent: AgentConfig, policy: str) -> AgentConfig:
-    clone = copy.deepcopy(agent)
-    clone.policy = policy
-    return clone
+    return evolve(agent, {"policy": policy})
 
 
 def _agent_plan(role: str, a: AgentConfig, level: str) -> AgentPlan:
@@ -121,7 +119,7 @@ def _agent_plan(role: str, a: AgentConfig, level: str) -> AgentPlan:
         train_sampling=_sampling(a.train_sampling, f"agents.{role}.train_sampling"),
         val_sampling=_sampling(a.val_sampling, f"agents.{role}.val_sampling"),
         cls=a.cls,
-        options=dict(a.options),
+        options=thaw(a.options),
     )
 
 

@@ -3,6 +3,8 @@
 Every key is documented in docs/training.md. Keys users know from the reference keep their names:
 ``base_models.policy_0.path``, ``training.{experiment_name,total_training_steps,epoch_size,train_batch_size,
 max_prompt_length,max_response_length,val_freq}``, ``env.{name,dataset,benchmark,max_turns}``.
+
+Loaded configs are frozen (``config/frozen.py``): a changed config is a new object made with ``evolve``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from pettingllms.config.frozen import Freezable
 from pettingllms.core.choices import (
     DEFAULT_LORA_TARGET_MODULES, DType, EngineKind, GroupFilter, KLType, LossAggMode, PromptFormat, RolloutMode,
     Selection, Specialization, Tracker,
@@ -19,7 +22,7 @@ from pettingllms.core.choices import (
 
 
 @dataclass
-class LoraConfig:
+class LoraConfig(Freezable):
     rank: int = 0  # 0: no LoRA (full fine-tuning)
     alpha: int = 32
     dropout: float = 0.0
@@ -27,14 +30,14 @@ class LoraConfig:
 
 
 @dataclass
-class FSDPConfig:
+class FSDPConfig(Freezable):
     enabled: bool = False  # train with an FSDP2 worker group even with one rank (always on when num_ranks > 1)
     cpu_offload: bool = False  # sharded weights, gradients and optimizer state in host memory (GPU ranks only)
     reshard_after_forward: bool = True  # free gathered layer weights after the forward (re-gather for backward)
 
 
 @dataclass
-class ModelConfig:
+class ModelConfig(Freezable):
     path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
     # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
     dtype: DType = DType.float32
@@ -56,7 +59,7 @@ class ModelConfig:
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(Freezable):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 disables top-k
@@ -64,7 +67,7 @@ class SamplingConfig:
 
 
 @dataclass
-class AgentConfig:
+class AgentConfig(Freezable):
     policy: str = "policy_0"  # which base_models entry generates for and learns from this agent
     cls: Optional[str] = None  # override the agent class: registry name or "module:Class"
     trainable: bool = True  # false: the agent acts but its samples are never trained on
@@ -74,7 +77,7 @@ class AgentConfig:
 
 
 @dataclass
-class EnvConfig:
+class EnvConfig(Freezable):
     name: str = MISSING  # registry name or "module:Class"
     # Training set: a name (data/<domain>/train/<name>.parquet), a .parquet/.jsonl file, a hub id, a list of these,
     # or a {entry: weight} mixture (data/problems.py). None: the env generates its problems.
@@ -91,7 +94,7 @@ class EnvConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(Freezable):
     # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
     mode: RolloutMode = RolloutMode.tree
     branching: int = 4  # K: candidates per (turn, agent) node, or episodes per problem when independent
@@ -100,12 +103,12 @@ class RolloutConfig:
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(Freezable):
     alpha: float = 1.0  # r = alpha * team + local
 
 
 @dataclass
-class KLConfig:
+class KLConfig(Freezable):
     init_kl_coeff: float = 0.0  # 0: no reference model and no KL term
     kl_type: KLType = KLType["low_var_kl"]  # k1 | k2 | k3 | low_var_kl | abs | mse
     adaptive: bool = False
@@ -114,12 +117,12 @@ class KLConfig:
 
 
 @dataclass
-class RolloutCheckConfig:
+class RolloutCheckConfig(Freezable):
     max_kl: float = 0.05  # stop when the engine/learner k3 KL on the same tokens exceeds this (per policy, adapter); 0 = off
 
 
 @dataclass
-class AlgorithmConfig:
+class AlgorithmConfig(Freezable):
     norm_adv_by_std: bool = True
     filter: GroupFilter = GroupFilter.none  # none | dapo | std | mean
     filter_ratio: float = 0.0
@@ -134,7 +137,7 @@ class AlgorithmConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(Freezable):
     lr: float = 5e-6
     weight_decay: float = 0.01
     warmup_steps: int = 0
@@ -148,7 +151,7 @@ class OptimConfig:
 
 
 @dataclass
-class TrainingConfig:
+class TrainingConfig(Freezable):
     experiment_name: str = "default"
     project_name: str = "pettingllms"
     total_training_steps: int = 10
@@ -171,7 +174,7 @@ class TrainingConfig:
 
 
 @dataclass
-class ResourcesConfig:
+class ResourcesConfig(Freezable):
     num_cpus: int = 0  # CPUs Ray may use; 0 = all of this machine
     gpus_per_policy: float = 0.0  # GPU_num: GPUs for every policy without its own base_models.<p>.num_gpus
     use_ray: bool = True  # false: run the policy workers in the driver process (debugging)
@@ -179,7 +182,7 @@ class ResourcesConfig:
 
 
 @dataclass
-class Config:
+class Config(Freezable):
     # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
     specialization: Specialization = Specialization.L1
     # Typed as Any so users can add entries with `+base_models.policy_1.path=...` (OmegaConf 2.3 cannot merge new
@@ -196,7 +199,7 @@ class Config:
 
 
 @dataclass
-class EvalModelConfig:
+class EvalModelConfig(Freezable):
     """Where the evaluated weights come from, besides ``base_models`` (docs/evaluation.md)."""
 
     checkpoint: Optional[str] = None  # a trainer run dir (its latest checkpoint) or <run>/checkpoints/step_N
@@ -213,7 +216,7 @@ class EvalModelConfig:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Freezable):
     """Sampling and reporting of ``pettingllms eval``; the same settings for every agent and benchmark."""
 
     n: int = 1  # independent episodes (samples) per problem

@@ -67,9 +67,7 @@ options:
 
 def help_text(command: str, config_name: str, config_dir: str | None = None, overrides: Sequence[str] = ()) -> str:
     """The help of ``command`` ("train" or "eval"), with values from ``config_name`` composed with ``overrides``."""
-    from omegaconf import OmegaConf
-
-    from pettingllms.config.load import compose, config_groups, config_names, to_schema
+    from pettingllms.config.load import compose, config_groups, config_names, from_schema, to_schema
 
     usage, keys = (TRAIN_USAGE, TRAIN_KEYS) if command == "train" else (EVAL_USAGE, EVAL_KEYS)
     names = [n for n in config_names(config_dir) if (n == "eval") == (command == "eval") or n not in ("eval", "train")]
@@ -80,7 +78,7 @@ def help_text(command: str, config_name: str, config_dir: str | None = None, ove
         prefix = "" if group == "specialization" else "+"
         lines.append(f"  {prefix}{group}={'|'.join(options)}")
     try:
-        cfg = OmegaConf.structured(to_schema(compose(config_name, overrides, config_dir)))  # schema defaults filled in
+        cfg = from_schema(to_schema(compose(config_name, overrides, config_dir)))  # schema defaults filled in
         values_from, error = f"config {config_name!r}", None
     except PettingLLMsError as exc:
         cfg, values_from, error = None, None, str(exc)

@@ -162,6 +162,7 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
                  dry_run: bool = False) -> list[JobOutcome]:
     """Train every combination of the sweep in turn. Every job is composed (validated) before the first trains."""
     from pettingllms.assembly.run_dirs import new_run_dir
+    from pettingllms.config.frozen import evolve
 
     jobs = expand_sweep(overrides)
     configs, plans = [], []
@@ -192,7 +193,7 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
     outcomes = []
     for index, (job, cfg) in enumerate(zip(jobs, configs)):
         job_dir = root / str(index)
-        cfg.training.log_dir = str(job_dir)
+        cfg = evolve(cfg, {"training.log_dir": str(job_dir)})
         print(f"\n=== multirun job {index + 1}/{len(jobs)}: {' '.join(job) or '(no overrides)'}", flush=True)
         started = time.perf_counter()
         outcome = JobOutcome(index, job, "ok")
@@ -258,11 +259,11 @@ def train_command(argv: Sequence[str]) -> int:
 
 def dry_run_command(name: str, overrides: Sequence[str], directory: str | None) -> int:
     """Print the resolved config, the plan and the data; train nothing. Errors are the trainer's own."""
-    from omegaconf import OmegaConf
+    from pettingllms.config.load import to_yaml
 
     cfg = load_config(name, overrides, directory)
     summary = check_run(cfg)
-    print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    print(to_yaml(cfg))
     print("\n".join(summary))
     print("dry run: config, plan and data checked; nothing was trained")
     return 0

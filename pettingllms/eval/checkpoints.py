@@ -10,7 +10,6 @@ ranks that wrote them (full weights, or the adapters under LoRA); no optimiser i
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from pettingllms.config.frozen import evolve
 from pettingllms.config.load import to_schema
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError
@@ -63,18 +63,13 @@ def with_model_of_run(cfg: Config, run: Config) -> Config:
     the evaluation config wins over the run's. Where a model runs is the evaluation's choice: the engine and GPU
     keys (``RUNTIME_KEYS``) of a ``base_models`` entry come from the evaluation config's entry of that name.
     """
-    out = copy.deepcopy(cfg)
-    out.specialization = run.specialization
-    out.base_models = copy.deepcopy(run.base_models)
-    for name, model in out.base_models.items():
-        mine = cfg.base_models.get(name)
-        if mine is not None:
-            for key in RUNTIME_KEYS:
-                setattr(model, key, copy.deepcopy(getattr(mine, key)))
-    out.agents = {**copy.deepcopy(run.agents), **copy.deepcopy(cfg.agents)}
+    base_models = {name: evolve(model, {key: getattr(cfg.base_models[name], key) for key in RUNTIME_KEYS})
+                   if name in cfg.base_models else model for name, model in run.base_models.items()}
+    changes = {"specialization": run.specialization, "base_models": base_models,
+               "agents": {**run.agents, **cfg.agents}}
     if cfg.env.agents is None:
-        out.env.agents = copy.deepcopy(run.env.agents)
-    return out
+        changes["env.agents"] = run.env.agents
+    return evolve(cfg, changes)
 
 
 def load_policy_weights(model: torch.nn.Module, checkpoint: Path, policy: str, adapters: tuple[str, ...]) -> str:

@@ -24,11 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from pettingllms.assembly.plan import check_prompts
 from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
+from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
 from pettingllms.core import ConfigError, Problem
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint, with_model_of_run
@@ -64,7 +64,7 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
                 check_prompts(task.plan, policies.clients, bench.problems, cfg.training.max_prompt_length,
                               f"benchmark {bench.key!r}")
         run_dir = new_run_dir(cfg.eval.log_dir, cfg.eval.name, now=started)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        (run_dir / "config.yaml").write_text(to_yaml(cfg))
         # 3. Roll out and record, benchmark by benchmark.
         results = {}
         with _eval_log(run_dir):

@@ -10,13 +10,13 @@ Per env, the config is the user's with ``env.name`` replaced; ``env.options`` ap
 
 from __future__ import annotations
 
-import copy
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from pettingllms.assembly.plan import RunPlan, build_env, plan
+from pettingllms.config.frozen import evolve
 from pettingllms.config.schema import Config, EvalConfig
 from pettingllms.core import ConfigError, DataError, Problem, RegistryError, SamplingParams
 from pettingllms.core.registry import ENVS, get_env_class, import_modules
@@ -127,22 +127,20 @@ def _split_env(entry, default_env: str) -> tuple[str, object]:
 def config_for_env(cfg: Config, env_name: str) -> tuple[Config, tuple[str, ...]]:
     """The user's config with ``env.name=env_name``, its agent entries restricted to that env's roles; and
     the env's roles."""
-    sub = copy.deepcopy(cfg)
-    sub.env.name = env_name
+    changes = {"env.name": env_name, "env.agents": None, "agents": {}}
     if env_name != cfg.env.name:
-        sub.env.options = {}  # options are keyword arguments of env.name's class
-    if sub.env.max_turns <= 0:
-        sub.env.max_turns = default_max_turns(env_name)
-    sub.env.agents, sub.agents = None, {}
-    roles = build_env(sub).graph.agents
-    sub.agents = {role: a for role, a in cfg.agents.items() if role in roles}
+        changes["env.options"] = {}  # options are keyword arguments of env.name's class
+    if cfg.env.max_turns <= 0:
+        changes["env.max_turns"] = default_max_turns(env_name)
+    roles = build_env(evolve(cfg, changes)).graph.agents
+    changes["agents"] = {role: a for role, a in cfg.agents.items() if role in roles}
     if cfg.env.agents is not None:
         chosen = [r for r in cfg.env.agents if r in roles]
         if not chosen:
             raise ConfigError(f"env.agents={list(cfg.env.agents)} names none of env {env_name!r}'s roles "
                               f"{list(roles)}; add one of them (e.g. env.agents=[{roles[0]}])")
-        sub.env.agents = chosen
-    return sub, tuple(roles)
+        changes["env.agents"] = chosen
+    return evolve(cfg, changes), tuple(roles)
 
 
 def default_max_turns(env_name: str) -> int:

@@ -15,11 +15,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 from pettingllms.algo.grpo import score_samples
 from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
 from pettingllms.assembly.run_dirs import new_run_dir
+from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Sample
 from pettingllms.data.problems import benchmark_sets, training_problems
@@ -96,7 +96,7 @@ class Trainer:
         self.step_done = 0
         if resume_from is not None:
             self._resume(resume_from)
-        values = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+        values = to_dict(cfg)
         self.trackers = make_trackers(cfg.training.logger, self.run_dir, cfg.training.project_name,
                                       cfg.training.experiment_name, values)
         self._release.callback(self._close_trackers)
@@ -207,11 +207,11 @@ class Trainer:
                 raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
             return checkpoint.parents[1], checkpoint
         run = new_run_dir(t.log_dir, t.experiment_name)
-        (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(self.cfg)))
+        (run / "config.yaml").write_text(to_yaml(self.cfg))
         return run, None
 
     def _config_hash(self) -> str:
-        values = OmegaConf.to_container(OmegaConf.structured(self.cfg), enum_to_str=True)
+        values = to_dict(self.cfg)
         for key in RESUME_NEUTRAL_KEYS:
             values["training"].pop(key, None)
         return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
