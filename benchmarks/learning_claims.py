@@ -2,6 +2,10 @@
 
     python benchmarks/learning_claims.py              # the pre-registered run (3 methods x 3 seeds, ~45-60 min)
     python benchmarks/learning_claims.py --quick      # a short end-to-end check (1 seed, tiny budget; slow lane)
+    python benchmarks/learning_claims.py --seeds 2    # some of the seeds; runs already finished are kept (below)
+
+Every finished run is appended to ``<log-dir>/runs.jsonl`` at once; a later invocation with the same settings reads
+it and runs only the (method, seed) pairs missing there, so a run cut off mid-way loses at most the run in progress.
 
 PRE-REGISTRATION (written and committed before the first full run; not to be changed after seeing results; if
 it must change, the first result is kept and both are reported):
@@ -93,8 +97,7 @@ def run(method: str, seed: int, budget: int, every: int, log_dir: Path, extra: S
     from pettingllms.entry.train import load_config
     from pettingllms.trainer.trainer import Trainer
 
-    overrides = [*COMMON, *METHODS[method], f"training.seed={seed}", f"training.log_dir={log_dir}",
-                 f"training.experiment_name={method}_seed{seed}", *extra]
+    overrides = _overrides(method, seed, log_dir, extra)
     trainer = Trainer(load_config("train", overrides))
     started = time.perf_counter()
     try:
@@ -116,8 +119,36 @@ def run(method: str, seed: int, budget: int, every: int, log_dir: Path, extra: S
             "overrides": overrides}
 
 
+def _overrides(method: str, seed: int, log_dir: Path, extra: Sequence[str]) -> list[str]:
+    return [*COMMON, *METHODS[method], f"training.seed={seed}", f"training.log_dir={log_dir}",
+            f"training.experiment_name={method}_seed{seed}", *extra]
+
+
 def _held_out(metrics: dict[str, float]) -> float:
     return float(metrics["val/procedural/success_rate"])
+
+
+def append_run(record: Path, result: dict, budget: int, every: int, extra: Sequence[str]) -> None:
+    """Keep a finished run at once, with what it was run with (so only a run of the same settings is reused)."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with record.open("a") as fh:
+        fh.write(json.dumps({**result, "budget_tokens": budget, "eval_every_tokens": every, "extra": list(extra)})
+                 + "\n")
+
+
+def finished_runs(record: Path, budget: int, every: int, extra: Sequence[str]) -> dict[tuple[str, int], dict]:
+    """The runs of ``record`` (``<log_dir>/runs.jsonl``) made with these settings and this version's overrides,
+    by (method, seed)."""
+    if not record.is_file():
+        return {}
+    done = {}
+    for line in record.read_text().splitlines():
+        r = json.loads(line)
+        settings = (r.pop("budget_tokens"), r.pop("eval_every_tokens"), r.pop("extra"))
+        same = settings == (budget, every, list(extra)) and r["method"] in METHODS
+        if same and r["overrides"] == _overrides(r["method"], r["seed"], record.parent, extra):
+            done[(r["method"], r["seed"])] = r
+    return done
 
 
 def summarize(runs: Sequence[dict]) -> dict:
@@ -151,9 +182,11 @@ def plot(runs: Sequence[dict], path: Path) -> None:
 
     colors = {"at_grpo": "tab:blue", "trajectory": "tab:orange", "single_agent": "tab:green"}
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    labelled = set()
     for r in runs:
         xs, ys = zip(*r["curve"])
-        label = r["method"] if r["seed"] == SEEDS[0] else None
+        label = None if r["method"] in labelled else r["method"]
+        labelled.add(r["method"])
         ax.plot(xs, ys, marker="o", markersize=3, color=colors[r["method"]], alpha=0.8, label=label)
     ax.set_xlabel("generated training tokens")
     ax.set_ylabel("held-out success (64 problems, greedy)")
@@ -173,16 +206,24 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
     parser.add_argument("--out-dir")
     parser.add_argument("--log-dir", default="logs/learning_claims")
+    parser.add_argument("--seeds", nargs="+", type=int, help=f"default: {list(SEEDS)} ({SEEDS[0]} with --quick)")
     args = parser.parse_args(argv)
-    seeds = SEEDS[:1] if args.quick else SEEDS
+    seeds = args.seeds or (SEEDS[:1] if args.quick else SEEDS)
     budget, every = (120, 60) if args.quick else (BUDGET, EVERY)
     extra = ["env.max_val_problems=8"] if args.quick else []  # --quick checks the pipeline, not the figures
     load_before = load_average()
     started = time.perf_counter()
+    record = Path(args.log_dir) / "runs.jsonl"
+    done = finished_runs(record, budget, every, extra)
     runs = []
     for seed in seeds:
         for method in args.methods:
-            result = run(method, seed, budget, every, Path(args.log_dir), extra)
+            if (method, seed) in done:
+                result = done[(method, seed)]
+                print(f"{method} seed {seed}: kept from {record}", flush=True)
+            else:
+                result = run(method, seed, budget, every, Path(args.log_dir), extra)
+                append_run(record, result, budget, every, extra)
             runs.append(result)
             print(f"{method} seed {seed}: {result['steps']} steps, {result['tokens']} tokens, held-out "
                   f"{' -> '.join(f'{v:.2f}' for _, v in result['curve'])}", flush=True)

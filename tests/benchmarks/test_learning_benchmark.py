@@ -50,3 +50,13 @@ def test_learning_claims_quick_runs_every_method_end_to_end(tmp_path):
     assert set(report["comparisons"]) == {f"at_grpo - {other} ({metric})" for other in ("trajectory", "single_agent")
                                           for metric in ("auc", "final")}
     assert (tmp_path / "learning_claims.png").stat().st_size > 10_000
+    # every finished run was kept at once; asked again, the benchmark reuses them instead of training
+    assert len((tmp_path / "logs" / "runs.jsonl").read_text().splitlines()) == 3
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "learning_claims.py"), "--quick", "--out-dir", str(tmp_path),
+         "--log-dir", str(tmp_path / "logs"), "--seeds", "0", "--methods", "trajectory"],
+        check=True, cwd=ROOT, capture_output=True, text=True,
+    )
+    assert "trajectory seed 0: kept from" in again.stdout
+    kept = json.loads((tmp_path / "learning_claims.json").read_text())["runs"]
+    assert kept == [r for r in report["runs"] if r["method"] == "trajectory"]
