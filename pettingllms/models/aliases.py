@@ -123,6 +123,11 @@ def convert_gguf_model(gguf_path: Path, dest: Path, *, pad_token: str | None = N
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    try:  # transformers reads GGUF files with it, and its own error does not say which package to install
+        import gguf  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"converting {gguf_path.name} needs the 'gguf' package (a pettingllms dependency): "
+                          f"pip install gguf==0.19.0") from exc
     folder, name = gguf_path.parent, gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)

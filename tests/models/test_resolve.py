@@ -1,6 +1,7 @@
 """resolve_model: aliases convert once and are reused; bad local paths and offline hub ids fail clearly."""
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -90,6 +91,13 @@ def test_a_crash_while_converting_leaves_no_model_directory(tmp_path, monkeypatc
     models = tmp_path / "models"
     assert not (models / "smollm2-135m-instruct").exists()
     assert list(models.iterdir()) == [], "the temporary directory is cleaned up too"
+
+
+def test_converting_without_the_gguf_package_names_the_package(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gguf", None)  # what a missing package looks like to import
+    with pytest.raises(ConfigError, match="needs the 'gguf' package.*pip install gguf"):
+        aliases.convert_gguf_model(aliases.packaged_smollm2_gguf(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_stale_cache_is_rebuilt(tmp_path, monkeypatch):
