@@ -1,6 +1,6 @@
 """The paper's claim at CPU scale: AT-GRPO against trajectory GRPO and single-agent GRPO, on held-out problems.
 
-    python benchmarks/learning_claims.py              # the pre-registered run (3 methods x 3 seeds: 1.5-2 h on 2 cores)
+    python benchmarks/learning_claims.py              # the pre-registered run (3 methods x 3 seeds: ~3 h, busy 2 cores)
     python benchmarks/learning_claims.py --quick      # a short end-to-end check (1 seed, tiny budget; slow lane)
     python benchmarks/learning_claims.py --seeds 2    # some of the seeds; runs already finished are kept (below)
 

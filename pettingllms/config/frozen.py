@@ -66,22 +66,21 @@ class FrozenList(list):
 
 
 def freeze(value: Any) -> Any:
-    """``value`` with every schema dataclass, dict and list in it read-only (dataclasses in place; idempotent)."""
+    """``value`` with every schema dataclass, dict and list in it read-only (dataclasses in place).
+
+    A frozen part is returned as it is: only ``freeze`` makes one, after freezing everything inside it."""
+    if is_frozen(value):
+        return value
     if isinstance(value, Freezable):
         for f in dataclasses.fields(value):  # type: ignore[arg-type]
             object.__setattr__(value, f.name, freeze(getattr(value, f.name)))
         object.__setattr__(value, "_frozen", True)
         return value
     if isinstance(value, dict):
-        return value if type(value) is FrozenDict and _all_frozen(value.values()) else \
-            FrozenDict({k: freeze(v) for k, v in value.items()})
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, list):
-        return value if type(value) is FrozenList and _all_frozen(value) else FrozenList(freeze(v) for v in value)
+        return FrozenList(freeze(v) for v in value)
     return value
-
-
-def _all_frozen(values) -> bool:
-    return all(is_frozen(v) for v in values if isinstance(v, (Freezable, dict, list)))
 
 
 def is_frozen(value: Any) -> bool:
