@@ -146,6 +146,27 @@ def test_checkpoint_shapes_read_headers_and_make_a_tied_head_optional(tmp_path):
     assert vllm_weights.checkpoint_shapes(tmp_path / "nothing-here") is None
 
 
+def test_a_tied_head_stored_in_the_checkpoint_is_optional_too(tmp_path):
+    """Qwen3-0.6B/1.7B/8B tie the head yet store ``lm_head.weight`` (Qwen3-1.7B's second shard is that tensor);
+    the learner's named_parameters() yields the tied tensor once, as the embedding. Step 1's sync must pass."""
+    from safetensors.torch import save_file
+
+    embed = torch.zeros(10, 4)
+    save_file({"model.embed_tokens.weight": embed, "model.norm.weight": torch.zeros(4)},
+              tmp_path / "model-00001-of-00002.safetensors")
+    save_file({"lm_head.weight": embed.clone()}, tmp_path / "model-00002-of-00002.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps({"tie_word_embeddings": True}))
+    shapes, optional = vllm_weights.checkpoint_shapes(tmp_path)
+    assert shapes["lm_head.weight"] == (10, 4) and optional == {"lm_head.weight"}
+    learner_stream = {"model.embed_tokens.weight": (10, 4), "model.norm.weight": (4,)}
+    vllm_weights.check_against_checkpoint(learner_stream, shapes, optional)  # raised "1 of its weights missing"
+    vllm_weights.check_against_checkpoint({**learner_stream, "lm_head.weight": (10, 4)}, shapes, optional)
+    (tmp_path / "config.json").write_text(json.dumps({"tie_word_embeddings": False}))  # untied: the head is needed
+    shapes, optional = vllm_weights.checkpoint_shapes(tmp_path)
+    with pytest.raises(ConfigError, match=r"missing, e\.g\. \['lm_head.weight'\]"):
+        vllm_weights.check_against_checkpoint(learner_stream, shapes, optional)
+
+
 def test_synced_weights_must_match_the_checkpoint():
     expected = {"a": (2, 3), "b": (3,), "lm_head.weight": (2, 3)}
     check = vllm_weights.check_against_checkpoint

@@ -103,8 +103,13 @@ def write_shared_weights(weights: Mapping[str, Any], dtype: Any = None) -> Path:
 
 def checkpoint_shapes(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], frozenset[str]] | None:
     """({weight name: shape}, optional names) from the safetensors headers of a model folder (no tensor is
-    read), or None if it has no safetensors files. With tied embeddings the output head is absent from the
-    files but present in a model's state_dict: it is added, as optional."""
+    read), or None if it has no safetensors files.
+
+    With tied embeddings the output head is the embedding, so a sync may send it or not: it is optional whether or
+    not the files store it. Checkpoints differ here: some leave the tied head out, others (Qwen3-0.6B/1.7B/8B)
+    store a copy of it anyway, while a learner's ``named_parameters()`` yields the tied tensor once, under the
+    embedding's name only.
+    """
     from safetensors import safe_open
 
     files = sorted(Path(model_dir).glob("*.safetensors"))
@@ -117,8 +122,8 @@ def checkpoint_shapes(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], froz
                 shapes[name] = tuple(handle.get_slice(name).get_shape())
     config = json.loads((Path(model_dir) / "config.json").read_text())
     embed = shapes.get("model.embed_tokens.weight")
-    if config.get("tie_word_embeddings") and embed is not None and "lm_head.weight" not in shapes:
-        shapes["lm_head.weight"] = embed
+    if config.get("tie_word_embeddings") and embed is not None:
+        shapes.setdefault("lm_head.weight", embed)
         return shapes, frozenset({"lm_head.weight"})
     return shapes, frozenset()
 
