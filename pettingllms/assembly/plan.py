@@ -182,6 +182,7 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
             gradient_checkpointing=o.gradient_checkpointing,
             max_rollout_kl=a.rollout_check.max_kl,
             tis_cap=a.tis_cap,
+            max_nonfinite_grad_steps=o.max_nonfinite_grad_steps,
         )
     except ValueError as exc:
         raise ConfigError(f"optimisation settings: {exc}") from exc

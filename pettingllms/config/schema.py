@@ -148,6 +148,9 @@ class OptimConfig(Freezable):
     micro_batch_max_tokens: int = 8192  # token budget per forward pass (gradient accumulation beyond)
     pack_shared_prompts: bool = True  # forward the K branches of a node as one row sharing the prompt (same logits)
     gradient_checkpointing: bool = False
+    # A step whose gradient norm is NaN/inf moves no weight (logged as nonfinite_grad_steps); this many such training
+    # steps in a row stop the run with an error. 0 = never stop (each one is still logged as a warning).
+    max_nonfinite_grad_steps: int = 3
 
 
 @dataclass

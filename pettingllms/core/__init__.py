@@ -9,6 +9,7 @@ from pettingllms.core.errors import (
     PettingLLMsError,
     PromptTooLongError,
     RegistryError,
+    NonFiniteGradientError,
     RolloutMismatchError,
 )
 from pettingllms.core.graph import AgentGraph
@@ -52,6 +53,7 @@ __all__ = [
     "Problem",
     "PromptTooLongError",
     "RegistryError",
+    "NonFiniteGradientError",
     "RolloutMismatchError",
     "Sample",
     "SamplingParams",

@@ -35,3 +35,8 @@ class InfrastructureError(PettingLLMsError, RuntimeError):
 class RolloutMismatchError(PettingLLMsError, RuntimeError):
     """The rollout engine's logprobs disagree with the learner's on the same tokens: the engine is not sampling
     from the policy the learner trains (stale weights, a wrong adapter, a precision mismatch)."""
+
+
+class NonFiniteGradientError(PettingLLMsError, RuntimeError):
+    """The gradient norm was NaN or infinite in too many training steps in a row (``optim.max_nonfinite_grad_steps``):
+    the weights have stopped moving, so the run stops instead of going on without learning."""

@@ -104,6 +104,8 @@ class LearnerConfig:
     # raw logprobs of the old policy and the engine, T the sample's temperature (token-level, as verl's and TRL's;
     # algo/losses.py::truncated_importance_weights); 0 = off.
     tis_cap: float = 0.0
+    # Training steps in a row whose gradient norm is NaN/inf before ``update`` raises NonFiniteGradientError (0 = never).
+    max_nonfinite_grad_steps: int = 3
 
     def __post_init__(self) -> None:
         if isinstance(self.kl, Mapping):
@@ -152,6 +154,8 @@ class LearnerConfig:
         )
         _check(self.entropy_coeff >= 0, f"entropy_coeff must be >= 0, got {self.entropy_coeff}")
         _check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        _check(self.max_nonfinite_grad_steps >= 0, f"max_nonfinite_grad_steps (optim.max_nonfinite_grad_steps) must "
+                                                   f"be >= 0 (0: never stop), got {self.max_nonfinite_grad_steps}")
         _check(self.max_rollout_kl >= 0, f"max_rollout_kl (algorithm.rollout_check.max_kl) must be >= 0 (0 disables "
                                          f"the check), got {self.max_rollout_kl}")
         _check(self.tis_cap == 0 or self.tis_cap >= 1, f"tis_cap (algorithm.tis_cap) must be 0 (off) or >= 1 (the "

@@ -42,7 +42,7 @@ from pettingllms.algo.verl_adapter import (
     entropy_from_logits,
     fixed_kl_controller,
 )
-from pettingllms.core.errors import RolloutMismatchError
+from pettingllms.core.errors import NonFiniteGradientError, RolloutMismatchError
 from pettingllms.core.types import Sample
 from pettingllms.learner.batching import (
     PolicyBatch,
@@ -139,6 +139,7 @@ class PolicyLearner:
         )
         self.kl_controllers = [self._make_kl_controller() for _ in self.streams.names] if config.kl.enabled else []
         self.step = 0
+        self.nonfinite_streak = 0  # training steps in a row whose gradient was NaN/inf somewhere
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
@@ -556,12 +557,33 @@ class PolicyLearner:
         self._advance_schedule()
         self._update_kl_controllers(by_stream, tally)
         self.step += 1
+        self._count_nonfinite_gradients(tally)
         metrics = tally.summary()
         metrics.update(self._step_metrics(samples, by_stream, skipped, kl_coefs, lr, num_rounds, tally))
         metrics.update(agreement.metrics(self.streams.names))
         metrics.update(timings)
         metrics["update_s"] = time.perf_counter() - started
         return metrics
+
+    def _count_nonfinite_gradients(self, tally: StepTally) -> None:
+        """Warn about a step whose gradient was NaN/inf (its update was dropped), and stop after
+        ``config.max_nonfinite_grad_steps`` such steps in a row: a run whose weights no longer move must not go on
+        looking healthy. Every rank sees the same global norms, so every rank takes the same decision."""
+        if not tally.nonfinite_streams:
+            self.nonfinite_streak = 0
+            return
+        self.nonfinite_streak += 1
+        limit = self.config.max_nonfinite_grad_steps
+        streams = sorted({f"adapter {s}" if s else "the model" for s in tally.nonfinite_streams})
+        message = (f"policy {self.streams.policy or '?'} step {self.step}: the gradient norm was NaN/inf for "
+                   f"{', '.join(streams)} in {len(tally.nonfinite_streams)} optimizer step(s); those updates were "
+                   f"dropped ({self.nonfinite_streak} step(s) in a row")
+        if limit and self.nonfinite_streak >= limit:
+            raise NonFiniteGradientError(
+                f"{message}, optim.max_nonfinite_grad_steps={limit}). Usual causes: a learning rate too high, "
+                "bf16 overflow in the loss, or an attention kernel's NaN backward (docs/distributed.md); "
+                "raise optim.max_nonfinite_grad_steps (0: never stop) to keep going")
+        log.warning("%s; the run stops at %s)", message, limit if limit else "never (max_nonfinite_grad_steps=0")
 
     def _optimizer_step(
         self,

@@ -29,6 +29,7 @@ class StepTally:
         self.stream_kl_sum: dict[Any, float] = defaultdict(float)
         self.grad_norms: dict[Any, list[float]] = defaultdict(list)
         self.step_grad_norms: list[float] = []
+        self.nonfinite_streams: list[str | None] = []  # one entry per (optimizer step, stream) with a NaN/inf norm
 
     def add_micro_batch(self, stream: str | None, parts: ObjectiveParts) -> None:
         n = parts.num_tokens
@@ -72,6 +73,8 @@ class StepTally:
         """Pre-clip gradient norms of the streams in one optimizer step (disjoint parameters)."""
         for stream, norm in norms.items():
             self.grad_norms[stream].append(norm)
+            if not math.isfinite(norm):
+                self.nonfinite_streams.append(stream)
         self.step_grad_norms.append(math.sqrt(sum(n * n for n in norms.values())))
 
     def stream_kl(self, stream: str | None) -> float:
@@ -98,6 +101,8 @@ class StepTally:
             "entropy": mean_over_tokens("entropy_token_mean"),
             "entropy_loss": self.entropy_loss / count if count else 0.0,
             "grad_norm": sum(step_norms) / len(step_norms) if step_norms else 0.0,
+            # Optimizer steps (per stream) whose gradient was dropped for being NaN/inf: those weights did not move.
+            "nonfinite_grad_steps": float(len(self.nonfinite_streams)),
         }
 
 
