@@ -24,13 +24,16 @@ def trained_parameter_names(model: nn.Module, adapter_names: Sequence[str], froz
 
 
 @torch.no_grad()
-def full_weights(model: nn.Module, names: Sequence[str] | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+def full_weights(model: nn.Module, names: Sequence[str] | None = None,
+                 dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, full tensor)`` for each parameter (or each one in ``names``), in model order.
 
-    A collective under FSDP: every rank must iterate to the end, together. Each tensor is all-gathered on its
-    own, so at most one full tensor exists at a time (an engine can load a large model layer by layer).
-    Every rank receives the full tensor; consumers on other ranks simply drop it. A parameter that is not a
-    DTensor (a plain module) is yielded as it is.
+    A collective under FSDP: every rank must iterate to the end, together, with the same ``dtype``. Each tensor is
+    all-gathered on its own, so at most one full tensor exists at a time (an engine can load a large model layer
+    by layer), and the consumer should drop it before pulling the next. dtype: floating tensors are cast to it
+    first (a shard before its all-gather: half the bytes for fp32 master weights sent as bf16; the values are the
+    same as casting after). Every rank receives the full tensor; consumers on other ranks simply drop it. A
+    parameter that is not a DTensor (a plain module) is yielded as it is (cast when ``dtype`` says so).
     """
     from torch.distributed.tensor import DTensor
 
@@ -42,8 +45,20 @@ def full_weights(model: nn.Module, names: Sequence[str] | None = None) -> Iterat
         if isinstance(tensor, DTensor):
             if tensor.device.type == "cpu" and _backend() == "nccl":
                 tensor = tensor.to(torch.device("cuda", torch.cuda.current_device()))  # CPU offload: gather on GPU
+            if dtype is not None and tensor.is_floating_point():
+                tensor = tensor.to(dtype)
             tensor = tensor.full_tensor()
+        elif dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
         yield name, tensor
+        del tensor
+
+
+def weight_shapes(model: nn.Module, names: Sequence[str] | None = None) -> dict[str, tuple[int, ...]]:
+    """``{name: full shape}`` of the parameters ``full_weights`` would yield; no communication (a DTensor knows
+    its global shape)."""
+    wanted = None if names is None else set(names)
+    return {name: tuple(param.shape) for name, param in model.named_parameters() if wanted is None or name in wanted}
 
 
 def load_weights_into(module: nn.Module, named_tensors: Iterator[tuple[str, torch.Tensor]]) -> int:

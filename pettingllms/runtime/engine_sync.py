@@ -1,48 +1,78 @@
 """Keeping a policy's rollout engine on the learner's weights, and out of the learner's way on a shared GPU.
 
-Two kinds of engine serve a policy:
-- the transformers engine (``HFEngine``) generates with the learner's own module in the same process, so an
-  update is already visible to it: there is nothing to copy and ``push`` reports 0 seconds;
+This is the one place that decides when and what is pushed to an engine after an update:
+- the transformers engine (``HFEngine``) over the learner's own module (a one-rank group): an update is already
+  visible to it, so nothing moves and ``push`` reports 0 seconds;
+- a transformers engine over its own full copy (beside an FSDP shard): the full tensors are copied into it;
 - the vLLM engine (``VLLMEngine``, recognised by its ``sync_weights`` method) holds its own copy of the weights.
   After every update the trained tensors go to it from memory: a full model's weights through ``sync_weights``
-  (names of the Hugging Face checkpoint); under LoRA each trained adapter through ``add_adapter`` (peft's
-  tensors and config), since the base weights never change. The seconds it takes are ``timing/sync_s``.
+  (names of the Hugging Face checkpoint, streamed in bounded chunks), under LoRA each trained adapter through
+  ``add_adapter`` (peft's tensors and config), since the base weights never change. ``timing/sync_s``;
+- a rank without an engine (FSDP ranks that host none) still takes part in the stream's all-gathers.
 
-Colocation: when the engine was built with sleep mode (CUDA only), it frees its GPU memory while the learner
-trains (``release_for_update``) and takes it back in ``push``. A full model sleeps at level 2 (weights
-discarded: the sync resends them all anyway); under LoRA at level 1 (base weights parked in host memory).
-
-The order in ``push`` matters: weights first (``wake_up(["weights"])`` then the sync), KV cache last, so the
-engine never holds both the cache and stale weights, and peak memory stays that of one copy of each.
+Colocation on a GPU: when the engine was built with sleep mode (CUDA only) it frees its GPU memory while the
+learner trains (``release_for_update``: level 2 for a full model, whose weights are resent anyway; level 1 under
+LoRA, base weights parked in host memory). After the update, on every rank, the learner's caching allocator gives
+back what it kept reserved (the update's activations and logits) before any engine wakes: vLLM's engine core is
+another process and cannot take memory that PyTorch's cache holds here. The order in ``push``:
+1. ``release_accelerator_cache`` (every rank);
+2. the weights: a full model's are woken by ``sync_weights`` only when its first chunk is ready to load, which is
+   after the first all-gather, so after every rank of the group has released its cache (step 1 comes first on
+   every rank); LoRA adapters are small and go after ``wake_up(["weights"])``;
+3. ``wake_up(["kv_cache"])`` last, so the engine never holds both the cache and a stale copy of the weights.
 """
 
 from __future__ import annotations
 
+import gc
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
 from pettingllms.models.lora import adapter_tensors
+
 
 def engine_owns_weights(engine: Any) -> bool:
     """True for an engine with its own copy of the weights (it has ``sync_weights``), such as vLLM."""
     return callable(getattr(engine, "sync_weights", None))
 
 
+def release_accelerator_cache() -> int:
+    """Give the CUDA caching allocator's unused blocks back to the device; returns the bytes released (0 on CPU).
+
+    ``gc.collect`` first: tensors of the update still referenced from reference cycles keep their blocks.
+    """
+    gc.collect()
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return 0
+    reserved = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return max(0, reserved - torch.cuda.memory_reserved())
+
+
 class EngineSync:
     """Moves trained weights into one policy's engine and schedules its sleep around updates.
 
-    engine: the policy's rollout engine (only rank 0 of an FSDP group has one; pass None on other ranks).
+    engine: the rank's rollout engine, or None on a rank that hosts none.
     adapter_configs: under LoRA, each adapter's peft ``LoraConfig`` (``model.peft_config``); empty otherwise.
+    engine_model: a transformers engine's own full copy of the model (FSDP groups), refreshed by copying.
     """
 
-    def __init__(self, engine: Any, adapter_configs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, engine: Any, adapter_configs: Mapping[str, Any] | None = None,
+                 engine_model: torch.nn.Module | None = None) -> None:
         self.engine = engine
         self.adapter_configs = dict(adapter_configs or {})
+        self.engine_model = engine_model
         self.owns_weights = engine is not None and engine_owns_weights(engine)
         self.sleeps = self.owns_weights and bool(getattr(engine, "sleep_enabled", False))
+        self.last_released_bytes = 0
         self._asleep = False
+
+    @property
+    def needs_weights(self) -> bool:
+        """False only for an engine that generates with the learner's own module (nothing to stream)."""
+        return self.engine is None or self.owns_weights or self.engine_model is not None
 
     def release_for_update(self) -> None:
         """Free the engine's accelerator memory for the learner (a no-op without sleep mode)."""
@@ -50,29 +80,48 @@ class EngineSync:
             self.engine.sleep(level=1 if self.adapter_configs else 2)
             self._asleep = True
 
-    def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> float:
+    def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+             shapes: Mapping[str, Sequence[int]] | None = None) -> float:
         """Load the learner's trained tensors into the engine; returns the seconds it took (0 when it shares them).
 
         named_tensors: ``(name, tensor)`` pairs from the learner's module: every parameter of a full model, or
-        (at least) the trained adapters' LoRA weights. The stream is always consumed to its end.
+        (at least) the trained adapters' LoRA weights. The stream is always consumed to its end (under FSDP it is
+        a collective). shapes: the stream's names and global shapes, checked against a vLLM engine's checkpoint
+        before anything is gathered.
         """
-        if not self.owns_weights:
-            for _ in named_tensors:  # an FSDP stream is a collective: take part in it anyway
-                pass
+        self.last_released_bytes = release_accelerator_cache()
+        if not self.needs_weights or self.engine is None:
+            _drain(named_tensors)
             return 0.0
         started = time.perf_counter()
-        if self._asleep:
-            self.engine.wake_up(["weights"])
-        if self.adapter_configs:
+        if self.engine_model is not None:
+            from pettingllms.learner.weights import load_weights_into
+
+            load_weights_into(self.engine_model, named_tensors)
+        elif self.adapter_configs:
             # The base weights never change under LoRA: only the adapters go to the engine.
-            for name, tensors in adapter_tensors(named_tensors, self.adapter_configs).items():
+            adapters = adapter_tensors(named_tensors, self.adapter_configs)
+            if self._asleep:
+                self.engine.wake_up(["weights"])
+            for name, tensors in adapters.items():
                 self.engine.add_adapter(name, tensors, config=self.adapter_configs[name])
         else:
-            self.engine.sync_weights(named_tensors)
+            if shapes is not None and callable(getattr(self.engine, "check_weights", None)):
+                try:
+                    self.engine.check_weights(shapes)
+                except Exception:
+                    _drain(named_tensors)  # the other ranks are gathering it
+                    raise
+            self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
         if self._asleep:
             self.engine.wake_up(["kv_cache"])
             self._asleep = False
         return time.perf_counter() - started
+
+
+def _drain(named_tensors: Iterable[Any]) -> None:
+    for _ in named_tensors:  # an FSDP stream is a collective: take part in it anyway
+        pass
 
 
 def peft_adapter_configs(model: torch.nn.Module, adapter_names: Iterable[str]) -> dict[str, Any]:

@@ -181,7 +181,7 @@ class PolicyWorker:
             autocast = (engine_model is self._model and spec.dtype == "bfloat16"
                         and next(self._model.parameters()).dtype == torch.float32)
             self.engine = make_engine(spec, engine_model, self.codec, index, autocast=autocast)
-        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names))
+        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names), self._engine_model)
 
     @property
     def model(self):
@@ -215,31 +215,40 @@ class PolicyWorker:
         started = time.perf_counter()
         metrics = dict(self.learner.update(samples, advantages))
         metrics["timing/update_s"] = time.perf_counter() - started
+        metrics.update(device_memory("after_update"))
         started = time.perf_counter()
         self._push_weights(trained_only=True)
         metrics["timing/sync_s"] = time.perf_counter() - started
+        metrics["memory/cache_released_gb"] = self.sync.last_released_bytes / 2**30
+        metrics.update(device_memory("after_sync"))
         return metrics
 
     def full_weights(self, trained_only: bool = False) -> Iterator[tuple[str, Any]]:
         """The policy's full (unsharded) weights, one ``(name, tensor)`` at a time. Under FSDP a collective: every
         rank iterates it to the end together. ``trained_only``: the tensors an update changes (all of a full
         model; the unfrozen adapters under LoRA)."""
-        from pettingllms.learner.weights import full_weights, trained_parameter_names
+        from pettingllms.learner.weights import full_weights
+
+        return full_weights(self._model, self._weight_names(trained_only))
+
+    def _weight_names(self, trained_only: bool) -> list[str]:
+        from pettingllms.learner.weights import trained_parameter_names
 
         frozen = self.spec.frozen if trained_only else ()
-        names = trained_parameter_names(self._model, self.spec.lora_names, frozen)
-        return full_weights(self._model, names)
+        return trained_parameter_names(self._model, self.spec.lora_names, frozen)
 
     def _push_weights(self, trained_only: bool) -> None:
-        if self.engine is not None and self._engine_model is None and not self.sync.owns_weights:
-            return  # the engine generates with the learner's own module: nothing to move
-        stream = self.full_weights(trained_only)
-        if self._engine_model is not None:
-            from pettingllms.learner.weights import load_weights_into
+        """Hand the learner's weights to this rank's engine (``EngineSync`` decides what moves and how)."""
+        if not self.sync.needs_weights:
+            return  # the engine generates with the learner's own module
+        from pettingllms.learner.weights import full_weights, weight_shapes
+        from pettingllms.models.load import parse_dtype
 
-            load_weights_into(self._engine_model, stream)
-        else:  # vLLM (tensors or adapters from memory); ranks without an engine join the all-gathers only
-            self.sync.push(stream)
+        names = self._weight_names(trained_only)
+        # A full model travels in the engines' dtype (every rank casts its shard before the all-gather, so the
+        # collective is the same on every rank and moves half the bytes for fp32 master weights).
+        dtype = None if self.spec.lora_names else parse_dtype(self.spec.dtype)
+        self.sync.push(full_weights(self._model, names, dtype=dtype), weight_shapes(self._model, names))
 
     # ------------------------------------------------------------------------------------------ state
     def save(self, directory: str) -> None:
@@ -289,6 +298,19 @@ class PolicyWorker:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def device_memory(phase: str) -> dict[str, float]:
+    """GB this process has allocated and reserved on its GPU, and GB in use on the whole device (vLLM's engine
+    processes included), after ``phase``; empty on CPU."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {f"memory/{phase}_allocated_gb": torch.cuda.memory_allocated() / 2**30,
+            f"memory/{phase}_reserved_gb": torch.cuda.memory_reserved() / 2**30,
+            f"memory/{phase}_device_used_gb": (total - free) / 2**30}
 
 
 def save_tokenizer_beside(paths: Sequence[Path | str], codec) -> list[str]:

@@ -10,23 +10,28 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pettingllms.learner.weights import full_weights, trained_parameter_names
+from pettingllms.core.errors import ConfigError
+from pettingllms.learner.weights import full_weights, trained_parameter_names, weight_shapes
 from pettingllms.models import LoraSpec, load_model
 from pettingllms.models.lora import adapter_tensors
+from pettingllms.runtime import engine_sync
 from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
 
 
 class RecordingEngine:
     """Has the methods of VLLMEngine that EngineSync calls; records each call in order."""
 
-    def __init__(self, sleep_enabled: bool) -> None:
+    def __init__(self, sleep_enabled: bool, calls: list | None = None) -> None:
         self.sleep_enabled = sleep_enabled
-        self.calls: list[tuple] = []
+        self.calls: list[tuple] = [] if calls is None else calls
 
     def sync_weights(self, named_tensors):
         names = [name for name, _ in named_tensors]
         self.calls.append(("sync_weights", tuple(names)))
         return 0.0
+
+    def check_weights(self, shapes):
+        self.calls.append(("check_weights", tuple(shapes)))
 
     def add_adapter(self, name, tensors, *, config=None):
         self.calls.append(("add_adapter", name, tuple(sorted(tensors)), config))
@@ -70,22 +75,72 @@ def test_lora_push_sends_each_trained_adapter_to_its_own_name(peft_model):
     assert engine.calls[0][3] is peft_model.peft_config["alice"]
 
 
-def test_full_model_sleeps_deep_and_wakes_weights_before_the_cache():
+@pytest.fixture
+def calls(monkeypatch):
+    """One record of engine calls and allocator-cache releases, in order."""
+    record: list[tuple] = []
+    monkeypatch.setattr(engine_sync, "release_accelerator_cache", lambda: record.append(("release_cache",)) or 0)
+    return record
+
+
+def test_full_model_sleeps_deep_releases_the_cache_then_syncs_then_wakes_the_cache(calls):
+    """The sync wakes the weights itself, right before its first chunk loads (VLLMEngine.sync_weights); the
+    allocator's cache is released before anything wakes."""
     model = load_model("tiny-random-smollm2", "float32")
-    engine = RecordingEngine(sleep_enabled=True)
+    engine = RecordingEngine(sleep_enabled=True, calls=calls)
     sync = EngineSync(engine)
 
     sync.release_for_update()
     sync.release_for_update()  # idempotent: one sleep per update
-    sync.push(full_weights(model))
+    sync.push(full_weights(model), weight_shapes(model))
 
     expected_names = tuple(name for name, _ in model.named_parameters())
-    assert engine.calls == [
+    assert calls == [
         ("sleep", 2),  # the weights are resent anyway: discard them
-        ("wake_up", ("weights",)),
+        ("release_cache",),  # before any wake: vLLM's process cannot take what PyTorch's cache holds
+        ("check_weights", expected_names),  # names and shapes, before anything is gathered
         ("sync_weights", expected_names),
         ("wake_up", ("kv_cache",)),
     ]
+
+
+def test_lora_releases_the_cache_before_waking(peft_model, calls):
+    engine = RecordingEngine(sleep_enabled=True, calls=calls)
+    sync = EngineSync(engine, peft_adapter_configs(peft_model, ("alice",)))
+    sync.release_for_update()
+    sync.push(full_weights(peft_model, trained_parameter_names(peft_model, ("alice",))))
+    assert [c[0] for c in calls] == ["sleep", "release_cache", "wake_up", "add_adapter", "wake_up"]
+    assert calls[2] == ("wake_up", ("weights",)) and calls[4] == ("wake_up", ("kv_cache",))
+
+
+def test_a_rank_without_an_engine_releases_its_cache_and_joins_the_stream(calls):
+    consumed = []
+    sync = EngineSync(None)
+    sync.push((name, consumed.append(name) or torch.ones(1)) for name in ("a", "b"))
+    assert consumed == ["a", "b"] and calls == [("release_cache",)]
+
+
+def test_a_refused_check_still_finishes_the_collective_stream(calls):
+    class Refusing(RecordingEngine):
+        def check_weights(self, shapes):
+            raise ConfigError("sync_weights does not match the served checkpoint")
+
+    consumed = []
+    sync = EngineSync(Refusing(sleep_enabled=False, calls=calls))
+    with pytest.raises(ConfigError, match="served checkpoint"):
+        sync.push(((n, consumed.append(n) or torch.ones(1)) for n in ("a", "b")), {"a": (1,), "b": (1,)})
+    assert consumed == ["a", "b"]  # the other FSDP ranks are gathering it: never leave them waiting
+    assert not any(c[0] == "sync_weights" for c in calls)
+
+
+def test_release_accelerator_cache_empties_the_cuda_cache_when_cuda_is_in_use(monkeypatch):
+    reserved = iter([5 * 2**30, 2**30])
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: next(reserved))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    assert engine_sync.release_accelerator_cache() == 4 * 2**30 and emptied == [True]
 
 
 def test_lora_sleeps_at_level_one(peft_model):

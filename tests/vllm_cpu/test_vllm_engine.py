@@ -5,6 +5,7 @@ Opt-in lane: ``make test-vllm`` (runs ``pytest -m vllm_cpu tests/vllm_cpu`` in .
 
 from __future__ import annotations
 
+
 import logging
 
 import pytest
@@ -130,6 +131,24 @@ def test_sync_weights_from_a_second_checkpoint_matches_hf_on_the_new_weights(eng
         assert after != before
         assert after == hf_engine_ids(other, codec, batch)
     finally:
+        engine.sync_weights(dict(hf_model.named_parameters()))
+    assert vllm_ids(engine, batch) == before
+
+
+def test_a_sync_in_many_chunks_matches_hf_on_the_new_weights(engine, hf_model, other_model, codec):
+    """Every layer in a chunk of its own (one layerwise reload over many files), from a stream as the learner sends
+    it (one tensor at a time): vLLM then generates exactly what transformers does on those weights."""
+    batch = [request(f"c{i}", p) for i, p in enumerate(prompts(3, seed=11))]
+    before = vllm_ids(engine, batch)
+    chunk_bytes, engine.sync_chunk_bytes = engine.sync_chunk_bytes, 1
+    try:
+        engine.sync_weights((name, tensor) for name, tensor in other_model.named_parameters())
+        report = engine.last_sync_report
+        layers = other_model.config.num_hidden_layers
+        assert report.chunks == layers + 2  # embedding, each decoder layer, final norm (the tied head is not sent)
+        assert vllm_ids(engine, batch) == hf_engine_ids(other_model, codec, batch)
+    finally:
+        engine.sync_chunk_bytes = chunk_bytes
         engine.sync_weights(dict(hf_model.named_parameters()))
     assert vllm_ids(engine, batch) == before
 

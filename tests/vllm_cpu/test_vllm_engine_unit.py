@@ -104,31 +104,87 @@ def test_shared_weights_round_trip_tied_tensors_included():
         write_shared_weights({})
 
 
+class _RecordingModel:
+    def __init__(self) -> None:
+        self.received: dict[str, torch.Tensor] = {}
+
+    def load_weights(self, weights):
+        for name, tensor in weights:
+            self.received[name] = tensor.clone()
+        return set(self.received)
+
+
 class _RecordingWorker(VLLMWorkerWeightLoader):
-    """Stands in for vLLM's worker (which supplies reload_weights); records what the extension hands it."""
+    """Stands in for vLLM's worker (its model runner and config); records what the extension does, in order."""
 
-    refreshed = False
-
-    def reload_weights(self, weights_iterator, is_checkpoint_format):
-        self.received = {name: tensor.clone() for name, tensor in weights_iterator}
-        self.checkpoint_format = is_checkpoint_format
+    def __init__(self, events: list) -> None:
+        self.events = events
+        self.vllm_config = object()
+        model = _RecordingModel()
+        self.model = model
+        self.model_runner = type("Runner", (), {
+            "get_model": lambda runner: model, "model_config": object(),
+            "reset_lora_state": lambda runner: events.append("reset_lora_state")})()
 
     def refresh_cpu_packed_weights(self) -> int:  # needs vLLM's model; the vllm_cpu lane runs the real one
-        self.refreshed = True
+        self.events.append("refresh")
         return 0
 
 
-def test_worker_extension_reloads_every_shared_tensor():
-    weights = {"model.norm.weight": torch.arange(4.0), "model.embed_tokens.weight": torch.randn(3, 4)}
-    path = write_shared_weights(weights)
-    worker = _RecordingWorker()
+@pytest.fixture
+def fake_vllm_reload(monkeypatch):
+    """The two vLLM functions the extension calls, recording into one event list (the real ones run in the
+    vllm_cpu lane)."""
+    import contextlib
+    import types
+
+    events: list = []
+    reload = types.ModuleType("vllm.model_executor.model_loader.reload")
+    reload.initialize_layerwise_reload = lambda model: events.append("initialize")
+    reload.finalize_layerwise_reload = lambda model, config: events.append("finalize")
+    config = types.ModuleType("vllm.config")
+    config.set_current_vllm_config = lambda cfg: contextlib.nullcontext()
+    for name, module in {"vllm": types.ModuleType("vllm"), "vllm.config": config,
+                         "vllm.model_executor": types.ModuleType("vllm.model_executor"),
+                         "vllm.model_executor.model_loader": types.ModuleType("vllm.model_executor.model_loader"),
+                         "vllm.model_executor.model_loader.reload": reload}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return events
+
+
+def test_worker_extension_loads_every_chunk_within_one_layerwise_reload(fake_vllm_reload):
+    events = fake_vllm_reload
+    worker = _RecordingWorker(events)
+    chunks = [{"model.embed_tokens.weight": torch.randn(3, 4)},
+              {"model.layers.0.mlp.up_proj.weight": torch.randn(2, 4), "model.norm.weight": torch.arange(4.0)}]
+    worker.begin_weight_reload()
+    for chunk in chunks:
+        path = write_shared_weights(chunk)
+        try:
+            assert worker.load_weights_file(str(path)) == len(chunk)
+        finally:
+            path.unlink()
+        events.append("chunk")
+    worker.finish_weight_reload()
+    assert events == ["initialize", "chunk", "chunk", "finalize", "reset_lora_state", "refresh"]
+    expected = {name: tensor for chunk in chunks for name, tensor in chunk.items()}
+    assert set(worker.model.received) == set(expected)
+    assert all(torch.equal(worker.model.received[name], tensor) for name, tensor in expected.items())
+
+
+def test_written_files_read_back_with_safetensors_own_reader():
+    from safetensors.torch import load_file
+
+    tensors = {"scalar": torch.tensor(3.5), "empty": torch.zeros(0, 4), "ints": torch.arange(5),
+               "flags": torch.tensor([True, False]), "half": torch.randn(3, 5).half(),
+               "strided": torch.randn(4, 6)[:, ::2]}
+    path = write_shared_weights(tensors)
     try:
-        assert worker.load_weights_file(str(path)) == 2
+        loaded = load_file(str(path))
     finally:
         path.unlink()
-    assert worker.checkpoint_format is True and worker.refreshed
-    assert set(worker.received) == set(weights)
-    assert all(torch.equal(worker.received[name], tensor) for name, tensor in weights.items())
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
 
 
 def test_checkpoint_shapes_read_headers_and_make_a_tied_head_optional(tmp_path):
@@ -202,3 +258,104 @@ def test_adapter_folder_without_peft_files_is_refused(tmp_path):
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(ConfigError, match="adapter_model.safetensors"):
         vllm_lora.checked_adapter_folder(tmp_path, "alice")
+
+
+class _StubLLM:
+    """Records the calls ``VLLMEngine.sync_weights`` makes on vLLM's ``LLM``; loads files like the worker would."""
+
+    def __init__(self, fail_on_chunk: int | None = None) -> None:
+        self.calls: list = []
+        self.fail_on_chunk = fail_on_chunk
+        self.loaded: dict[str, tuple] = {}
+
+    def collective_rpc(self, method, args=()):
+        from safetensors import safe_open
+
+        if method == "load_weights_file":
+            chunk = sum(c[0] == "load_weights_file" for c in self.calls)
+            with safe_open(args[0], framework="pt", device="cpu") as handle:
+                names = list(handle.keys())
+                self.loaded.update({n: tuple(handle.get_slice(n).get_shape()) for n in names})
+            self.calls.append((method, tuple(names)))
+            if chunk == self.fail_on_chunk:
+                raise RuntimeError("worker died")
+            return [len(names)]
+        self.calls.append((method,))
+        return [0]
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags)))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+def _stub_engine(llm, checkpoint, chunk_mb=0.0005, asleep=False):
+    engine = object.__new__(VLLMEngine)
+    engine.llm = llm
+    engine._lock = __import__("threading").Lock()
+    engine._checkpoint = checkpoint
+    engine.sync_chunk_bytes = int(chunk_mb * 2**20)
+    engine.weight_dtype = torch.bfloat16
+    engine._weights_asleep = asleep
+    engine._asleep_level = 2 if asleep else 0
+    engine._weights_stale = asleep
+    engine.last_sync_seconds = None
+    return engine
+
+
+def _layered(layers=3):
+    yield "model.embed_tokens.weight", torch.randn(16, 8)
+    for i in range(layers):
+        yield f"model.layers.{i}.self_attn.q_proj.weight", torch.randn(8, 8)
+        yield f"model.layers.{i}.mlp.up_proj.weight", torch.randn(16, 8)
+    yield "model.norm.weight", torch.ones(8)
+
+
+def test_sync_streams_chunks_in_one_reload_waking_sleeping_weights_only_at_the_first_chunk():
+    expected = ({name: tuple(t.shape) for name, t in _layered()} | {"lm_head.weight": (16, 8)},
+                frozenset({"lm_head.weight"}))  # tied, stored: optional
+    pulled = []
+
+    def stream():
+        for name, tensor in _layered():
+            pulled.append((name, len(llm.calls)))
+            yield name, tensor
+
+    llm = _StubLLM()
+    engine = _stub_engine(llm, expected, asleep=True)
+    engine.sync_weights(stream())
+    methods = [c[0] for c in llm.calls]
+    assert methods[:2] == ["wake_up", "begin_weight_reload"] and llm.calls[0] == ("wake_up", ("weights",))
+    assert pulled[0][1] == 0  # the first tensor was gathered before anything woke
+    assert methods.count("load_weights_file") == engine.last_sync_report.chunks >= 3
+    assert methods[-2:] == ["finish_weight_reload", "reset_prefix_cache"]
+    assert llm.loaded == {name: tuple(t.shape) for name, t in _layered()}
+    for _, names in (c for c in llm.calls if c[0] == "load_weights_file"):
+        layers = [n.split(".")[2] for n in names if n.startswith("model.layers.")]
+        assert all(layers.count(x) == 2 for x in set(layers))  # q and up of a layer always travel together
+    assert not engine._weights_stale and not engine._weights_asleep
+
+
+def test_a_sync_that_fails_midway_finishes_the_stream_and_the_reload_and_refuses_to_generate():
+    llm = _StubLLM(fail_on_chunk=1)
+    engine = _stub_engine(llm, None)
+    consumed = []
+    stream = ((name, consumed.append(name) or tensor) for name, tensor in _layered())
+    with pytest.raises(ConfigError, match="could not load the synced weights"):
+        engine.sync_weights(stream)
+    assert consumed == [name for name, _ in _layered()]  # under FSDP the other ranks are still gathering
+    assert [c[0] for c in llm.calls][-2:] == ["finish_weight_reload", "reset_prefix_cache"]
+    assert engine._weights_stale
+    with pytest.raises(ConfigError, match="incomplete"):
+        engine._check_ready()
+
+
+def test_a_stream_missing_a_weight_is_refused_at_its_end():
+    names = {name: tuple(t.shape) for name, t in _layered()}
+    engine = _stub_engine(_StubLLM(), (names, frozenset()))
+    with pytest.raises(ConfigError, match=r"missing, e\.g\. \['model.norm.weight'\]"):
+        engine.sync_weights((n, t) for n, t in _layered() if n != "model.norm.weight")
+    assert engine._weights_stale
+    engine.sync_weights(_layered())  # a complete sync makes it usable again
+    assert not engine._weights_stale

@@ -37,9 +37,9 @@ Differences from HFEngine (documented, not hidden):
 
 Systems features:
 - ``sync_weights(named_tensors) -> seconds``: in-place weight update with no disk I/O: the tensors go to the
-  workers as one safetensors file in shared memory, and each worker runs vLLM's layerwise ``reload_weights``
-  on it (HF checkpoint names in, fused/sharded kernel tensors out, each tensor-parallel rank keeping its
-  shard). The prefix cache is reset afterwards: cached KV blocks were computed with the old weights.
+  workers in bounded chunks, each a safetensors file in shared memory, within one vLLM layerwise reload (HF
+  checkpoint names in, fused/sharded kernel tensors out, each tensor-parallel rank keeping its shard). The
+  prefix cache is reset afterwards: cached KV blocks were computed with the old weights.
 - ``sleep(level)`` / ``wake_up(tags)``: free GPU memory for a colocated learner (vLLM sleep mode, CUDA/ROCm
   only). On a CPU platform they are no-ops that log one line.
 - ``add_adapter(name, source)``: multi-LoRA (L2), one adapter per agent, from a peft ``save_pretrained``
@@ -79,10 +79,14 @@ from pettingllms.rollout.vllm.lora import (
     zero_adapter,
 )
 from pettingllms.rollout.vllm.weights import (
+    DEFAULT_SYNC_CHUNK_MB,
+    CheckpointCheck,
+    SyncReport,
     VLLMWorkerWeightLoader,
     check_against_checkpoint,
     check_weight_names,
     checkpoint_shapes,
+    weight_chunks,
     weight_pairs,
     write_shared_weights,
 )
@@ -125,6 +129,8 @@ class VLLMEngine:
     max_model_len: context window in tokens (default: the model's).
     enable_prefix_caching: share KV blocks between requests with a common prefix (tree branches, turns).
     reproducible: seed every request (see module docstring); False lets vLLM batch its sampling.
+    sync_chunk_mb: ``sync_weights`` moves the weights in chunks of about this many MB (engine dtype): the memory
+        a sync holds beyond the engine's weights (see ``rollout/vllm/weights.py``).
     codec: the policy's chat codec (default: ``HFChatCodec.from_pretrained(model_path)``).
     llm_options: further ``vllm.LLM`` keyword arguments (e.g. ``enforce_eager=True``), passed through.
     """
@@ -144,6 +150,7 @@ class VLLMEngine:
         max_model_len: int | None = None,
         enable_prefix_caching: bool = True,
         reproducible: bool = True,
+        sync_chunk_mb: float = DEFAULT_SYNC_CHUNK_MB,
         codec=None,
         llm_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -159,6 +166,10 @@ class VLLMEngine:
         self.stop_token_ids = sorted(int(i) for i in self.codec.eos_token_ids)
         self.seed = int(seed)
         self.reproducible = bool(reproducible)
+        if not sync_chunk_mb > 0:
+            raise ConfigError(f"sync_chunk_mb must be > 0, got {sync_chunk_mb}")
+        self.sync_chunk_bytes = int(sync_chunk_mb * 2**20)
+        self.last_sync_report: SyncReport | None = None
         self.enable_lora = bool(enable_lora)
         self.tensor_parallel_size = int(tensor_parallel_size)
         self.platform = str(getattr(current_platform, "device_type", "") or "unknown")
@@ -208,6 +219,7 @@ class VLLMEngine:
         self._adapters: dict[str, RegisteredAdapter] = {}
         self._next_adapter_id = 1
         self._asleep_level = 0  # 0 awake; 1 or 2 after sleep(level)
+        self._weights_asleep = False  # after sleep(), until wake_up(["weights"]) or a sync wakes them
         self._weights_stale = False  # True after sleep(level=2) until sync_weights
         self._lock = threading.Lock()  # vLLM's LLM is not safe for concurrent calls
         self._zero_adapter: RegisteredAdapter | None = None
@@ -264,44 +276,91 @@ class VLLMEngine:
     def sync_weights(self, named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> float:
         """Load new weights in place, from memory; returns the seconds it took (also ``last_sync_seconds``).
 
-        named_tensors: the *full* set of the policy's weights, as (name, tensor) pairs or a mapping, with the
-        names of the Hugging Face checkpoint (``model.state_dict()`` of the plain transformers model, what
-        ``save_pretrained`` writes; a tied ``lm_head.weight`` may be present or not). Tensors may live on any
-        device and have any float dtype; vLLM casts them to its own dtype, and each tensor-parallel rank
-        keeps its shard. Send all weights in one call: vLLM reassembles fused layers (qkv, gate/up) from
-        their parts, and a layer whose parts were split across calls would be left half-loaded.
-        For L2 (LoRA) the base weights never change: use ``add_adapter`` for each agent's adapter instead.
+        named_tensors: the *full* set of the policy's weights, as (name, tensor) pairs (a stream: consumed once,
+        to its end, even on error, since an FSDP stream is a collective) or a mapping, with the names of the Hugging
+        Face checkpoint (``model.state_dict()`` of the plain transformers model, what ``save_pretrained`` writes;
+        a tied ``lm_head.weight`` may be present or not). Tensors may live on any device and have any float dtype;
+        each is cast to the engine's dtype and moved to host memory as it arrives, and each tensor-parallel rank
+        keeps its shard. For L2 (LoRA) the base weights never change: use ``add_adapter`` instead.
 
-        Transport: vLLM's workers run in other processes, and its RPC layer (msgpack) does not carry tensors
-        inside arguments. So the tensors are written once, as one safetensors file, to shared memory
-        (/dev/shm, a RAM file system); every worker maps that file and runs vLLM's layerwise
-        ``reload_weights`` on it; the file is deleted when the call returns. Nothing touches a disk.
+        Transport (``rollout/vllm/weights.py``): chunks of about ``sync_chunk_mb``, each one shared-memory file
+        that every worker loads, all within one layerwise reload; a decoder layer is never split. Weights that
+        sleep (``sleep(level=2)``) are woken right before the first chunk loads, not before the stream is
+        gathered. A mapping is checked against the served checkpoint before anything is sent; a stream is
+        checked tensor by tensor (``check_weights`` checks a stream's names and shapes up front). A failure
+        after the first chunk leaves the engine refusing to generate until a sync succeeds.
         """
         with self._lock:
             started = time.perf_counter()
-            weights = {str(name): tensor for name, tensor in weight_pairs(named_tensors)}
-            check_weight_names(list(weights))
-            if self._checkpoint is not None:
-                check_against_checkpoint({name: tuple(t.shape) for name, t in weights.items()}, *self._checkpoint)
-            path = write_shared_weights(weights, self.weight_dtype)
+            check = CheckpointCheck(self._checkpoint)
+            if isinstance(named_tensors, Mapping):
+                self._check_whole(named_tensors)
+            pairs = iter(weight_pairs(named_tensors))
+            report = SyncReport()
+            begun = False
             try:
-                self.llm.collective_rpc(VLLMWorkerWeightLoader.load_weights_file.__name__, args=(str(path),))
-            except Exception as exc:
-                self._weights_stale = True  # some layers may hold new weights and others old ones
+                for chunk in weight_chunks(pairs, self.sync_chunk_bytes, self.weight_dtype, check):
+                    if not begun:
+                        self._wake_weights_for_sync()
+                        self._weights_stale = True  # until the reload finishes
+                        self.llm.collective_rpc(VLLMWorkerWeightLoader.begin_weight_reload.__name__)
+                        begun = True
+                    self._load_chunk(chunk, report)
+                check.finish()
+            except BaseException as exc:
+                for _ in pairs:  # finish the stream: under FSDP the other ranks are still gathering it
+                    pass
+                if begun:
+                    self._finish_reload(failed=True)
+                if isinstance(exc, ConfigError):
+                    raise
                 raise ConfigError(
                     f"vLLM could not load the synced weights ({type(exc).__name__}: {exc}). Names must be those of "
                     "the Hugging Face checkpoint of the served architecture, and shapes must match it. The engine "
                     "refuses to generate until a sync succeeds."
                 ) from exc
-            finally:
-                path.unlink(missing_ok=True)
-            # Cached prefix KV blocks were computed with the old weights: never reuse them.
-            self.llm.reset_prefix_cache()
-            self._weights_stale = False
+            self._finish_reload(failed=False)
             elapsed = time.perf_counter() - started
         self.last_sync_seconds = elapsed
-        logger.info("synced %d tensors into vLLM in %.3f s", len(weights), elapsed)
+        self.last_sync_report = report
+        logger.info("synced %d tensors into vLLM in %d chunk(s) (largest %.1f MB) in %.3f s", report.tensors,
+                    report.chunks, report.largest_chunk_bytes / 2**20, elapsed)
         return elapsed
+
+    def check_weights(self, shapes: Mapping[str, Sequence[int]]) -> None:
+        """Check a sync's names and (global) shapes against the served checkpoint before any tensor is gathered."""
+        check_weight_names(list(shapes))
+        if self._checkpoint is not None:
+            check_against_checkpoint({name: tuple(shape) for name, shape in shapes.items()}, *self._checkpoint)
+
+    def _check_whole(self, weights: Mapping[str, Any]) -> None:
+        self.check_weights({str(name): tuple(tensor.shape) for name, tensor in weights.items()})
+
+    def _wake_weights_for_sync(self) -> None:
+        """Weights discarded by ``sleep(level=2)`` come back only now, when the first chunk is ready to load."""
+        if self._weights_asleep:
+            self.llm.wake_up(["weights"])
+            self._weights_asleep = False
+
+    def _load_chunk(self, chunk: dict[str, Any], report: SyncReport) -> None:
+        size = sum(tensor.numel() * tensor.element_size() for tensor in chunk.values())
+        count = len(chunk)
+        path = write_shared_weights(chunk)
+        chunk.clear()  # the file holds them now: drop the host copies before the workers map it
+        try:
+            self.llm.collective_rpc(VLLMWorkerWeightLoader.load_weights_file.__name__, args=(str(path),))
+        finally:
+            path.unlink(missing_ok=True)
+        report.tensors += count
+        report.chunks += 1
+        report.largest_chunk_bytes = max(report.largest_chunk_bytes, size)
+
+    def _finish_reload(self, failed: bool) -> None:
+        """End the layerwise reload on every worker; only a complete sync makes the engine usable again."""
+        self.llm.collective_rpc(VLLMWorkerWeightLoader.finish_weight_reload.__name__)
+        # Cached prefix KV blocks were computed with the old weights: never reuse them.
+        self.llm.reset_prefix_cache()
+        self._weights_stale = failed
 
     # ---- sleep mode (colocation with the learner) ----
 
@@ -310,7 +369,8 @@ class VLLMEngine:
 
         level 1: weights are offloaded to CPU memory, the KV cache is discarded (``wake_up`` restores them).
         level 2: weights and KV cache are discarded; ``sync_weights`` must run before the next ``generate``
-        (the usual RL step: sleep(2) -> train -> wake_up(["weights"]) -> sync_weights -> wake_up(["kv_cache"])).
+        (the usual RL step: sleep(2) -> train -> sync_weights, which wakes the weights right before its first chunk
+        loads -> wake_up(["kv_cache"])).
         On a CPU platform this is a no-op (vLLM has no sleep mode there).
         """
         if level not in (1, 2):
@@ -321,6 +381,7 @@ class VLLMEngine:
             started = time.perf_counter()
             self.llm.sleep(level=level)
             self._asleep_level = level
+            self._weights_asleep = True
             self._weights_stale = level == 2
         logger.info("vLLM asleep (level %d) after %.2f s", level, time.perf_counter() - started)
 
@@ -330,6 +391,8 @@ class VLLMEngine:
             return
         with self._lock:
             self.llm.wake_up(list(tags) if tags is not None else None)
+            if tags is None or "weights" in tags:
+                self._weights_asleep = False
             if tags is None or "kv_cache" in tags:
                 self._asleep_level = 0
                 self.llm.reset_prefix_cache()

@@ -1,10 +1,21 @@
-"""Moving a learner's weights into a running vLLM engine from memory (``VLLMEngine.sync_weights``).
+"""Moving a learner's weights into a running vLLM engine from memory (``VLLMEngine.sync_weights``), in bounded chunks.
 
 vLLM's workers run in other processes and its RPC layer (msgpack) does not carry tensors inside arguments, so the
-tensors are written once, as one safetensors file, to shared memory (/dev/shm, a RAM file system); every worker
-maps that file and runs vLLM's layerwise ``reload_weights`` on it (``VLLMWorkerWeightLoader``, mixed into vLLM's
-workers); the file is deleted when the call returns. Before anything is sent the names and shapes are checked
-against the served checkpoint's safetensors headers.
+tensors travel through shared memory (/dev/shm, a RAM file system) as safetensors files, one chunk at a time:
+
+1. every worker starts one layerwise reload (``VLLMWorkerWeightLoader.begin_weight_reload``: vLLM's
+   ``initialize_layerwise_reload``);
+2. the stream is cut into chunks of about ``chunk_bytes`` (``weight_chunks``): each tensor is cast to the engine's
+   dtype and copied to host memory as it arrives (the learner's device copy is dropped at once), and a decoder
+   layer is never split across chunks (vLLM fuses q/k/v and gate/up into one layer, which is processed once all
+   its parts arrived). Each chunk is written to one file, the host copies are dropped, and every worker loads the
+   file (``load_weights_file``: the model's own ``load_weights``); the file is deleted;
+3. every worker finishes the reload (``finish_weight_reload``: vLLM's ``finalize_layerwise_reload``).
+
+So the memory a sync holds beyond the engine's own weights is bounded by the chunk size (plus one decoder layer),
+not by the model's size: on the learner's device one full tensor at a time (the one being gathered), in host
+memory one chunk file plus the layer being assembled. Names and shapes are checked against the served
+checkpoint's safetensors headers as tensors arrive (and for completeness at the end).
 """
 
 from __future__ import annotations
@@ -12,13 +23,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from pettingllms.core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+# Default chunk size of a weight sync (engine option ``sync_chunk_mb``): large enough that a chunk holds several
+# decoder layers of an 8B model (about 0.4 GB each in bf16), small next to any GPU's memory.
+DEFAULT_SYNC_CHUNK_MB = 512.0
 
 # Prefixes that mark peft/FSDP wrapper names rather than the HF checkpoint names vLLM's loader expects.
 _WRAPPER_NAME_MARKERS = ("base_model.model.", "_fsdp_wrapped_module.", "_orig_mod.", ".base_layer.", ".lora_")
@@ -30,17 +47,39 @@ class VLLMWorkerWeightLoader:
     method by name. It imports nothing from vLLM, so the class resolves wherever this module imports.
     """
 
-    def load_weights_file(self, path: str) -> int:
-        """Map the safetensors file at ``path`` and reload the model's weights from it; returns the count."""
-        from safetensors import safe_open
+    def begin_weight_reload(self) -> None:
+        """Start one layerwise reload: every layer's weights are replaced as its parts arrive, over many files."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
-        with safe_open(path, framework="pt", device="cpu") as weights:
+        with set_current_vllm_config(self.vllm_config):
+            initialize_layerwise_reload(self.model_runner.get_model())
+
+    def load_weights_file(self, path: str) -> int:
+        """Map the safetensors file at ``path`` and load its tensors into the model; returns the count.
+
+        Between ``begin_weight_reload`` and ``finish_weight_reload``; the model's ``load_weights`` maps checkpoint
+        names to its fused layers, and each tensor-parallel rank keeps its shard."""
+        from safetensors import safe_open
+        from vllm.config import set_current_vllm_config
+
+        with safe_open(path, framework="pt", device="cpu") as weights, set_current_vllm_config(self.vllm_config):
             names = list(weights.keys())
-            self.reload_weights(
-                weights_iterator=((name, weights.get_tensor(name)) for name in names), is_checkpoint_format=True
-            )
-        self.refresh_cpu_packed_weights()
+            self.model_runner.get_model().load_weights((name, weights.get_tensor(name)) for name in names)
         return len(names)
+
+    def finish_weight_reload(self) -> int:
+        """End the reload begun by ``begin_weight_reload``; returns how many CPU-packed layers were refreshed."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        runner = self.model_runner
+        with set_current_vllm_config(self.vllm_config):
+            finalize_layerwise_reload(runner.get_model(), runner.model_config)
+        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):  # as vLLM's reload_weights does
+            if callable(getattr(runner, reset, None)):
+                getattr(runner, reset)()
+        return self.refresh_cpu_packed_weights()
 
     def refresh_cpu_packed_weights(self) -> int:
         """On CPU, rebuild the packed GEMM weights of layers that keep their own weight; returns how many.
@@ -80,19 +119,17 @@ def shared_memory_dir() -> Path:
 def write_shared_weights(weights: Mapping[str, Any], dtype: Any = None) -> Path:
     """Write tensors to one safetensors file in shared memory and return its path (the caller deletes it).
 
-    Each tensor is copied to CPU on its own storage: safetensors refuses tensors that share one (a tied
-    embed_tokens/lm_head pair is written under both names). ``dtype``: floating tensors are cast to it on the way
-    (the engine's own dtype: fp32 master weights travel as the engine's bf16 copy, half the bytes).
+    ``dtype``: floating tensors are cast to it on the way (the engine's own dtype: fp32 master weights travel as
+    the engine's bf16 copy, half the bytes). Each tensor's bytes go straight to the file (``write_safetensors``):
+    no second host copy of the chunk is made on the way.
     """
-    from safetensors.torch import save_file
-
     if not weights:
         raise ConfigError("sync_weights got no tensors")
     handle, name = tempfile.mkstemp(prefix="pettingllms-weights-", suffix=".safetensors", dir=shared_memory_dir())
     os.close(handle)
     path = Path(name)
     try:
-        save_file({key: _host_copy(tensor, dtype) for key, tensor in weights.items()}, name)
+        write_safetensors(path, {key: _host_copy(tensor, dtype) for key, tensor in weights.items()})
     except Exception as exc:
         path.unlink(missing_ok=True)
         raise ConfigError(
@@ -100,6 +137,133 @@ def write_shared_weights(weights: Mapping[str, Any], dtype: Any = None) -> Path:
             "give it a larger /dev/shm (docker --shm-size, or --ipc=host as vLLM recommends)"
         ) from exc
     return path
+
+
+_SAFETENSORS_DTYPES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
+    "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+}
+
+
+def write_safetensors(path: Path, tensors: Mapping[str, Any]) -> None:
+    """Write CPU tensors as a safetensors file, each tensor's bytes written from its own memory.
+
+    safetensors' own ``save_file`` first turns every tensor into a Python ``bytes`` copy (a second copy of the whole
+    chunk in host memory) and refuses tensors that share storage (a tied embed_tokens/lm_head pair). The format is
+    an 8-byte little-endian header length, a JSON header (dtype, shape, byte offsets per tensor), then the bytes;
+    files written here are read back with safetensors' own reader in the tests.
+    """
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, tensor in tensors.items():
+        kind = _SAFETENSORS_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
+        if kind is None:
+            raise ConfigError(f"tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot hold")
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": kind, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as out:
+        out.write(len(encoded).to_bytes(8, "little"))
+        out.write(encoded)
+        for tensor in tensors.values():
+            if tensor.numel():
+                out.write(memoryview(tensor.contiguous().reshape(-1).view(_uint8()).numpy()))
+
+
+def _uint8() -> Any:
+    import torch
+
+    return torch.uint8
+
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def layer_of(name: str) -> str:
+    """The unit a chunk never splits: the decoder layer a weight belongs to (``model.layers.7``), else the weight's
+    own module (embedding, final norm, head). vLLM fuses several checkpoint tensors of one layer into one kernel
+    tensor, and a layer must receive all its parts in one reload."""
+    match = _LAYER.match(name)
+    return match.group(1) if match else name.rsplit(".", 1)[0]
+
+
+@dataclass
+class SyncReport:
+    """What one sync moved: tensors and chunks, and the largest chunk (bytes in the engine's dtype)."""
+
+    tensors: int = 0
+    chunks: int = 0
+    largest_chunk_bytes: int = 0
+
+
+def weight_chunks(
+    named_tensors: Iterable[tuple[str, Any]], chunk_bytes: int, dtype: Any = None,
+    check: Callable[[str, tuple[int, ...]], None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Host copies of the stream's tensors in ``dtype``, grouped into chunks of about ``chunk_bytes``.
+
+    A chunk closes at a layer boundary once adding the next layer would pass ``chunk_bytes`` (a layer larger than
+    that is a chunk of its own). Each tensor is copied to host memory as it arrives and the caller's reference is
+    dropped before the next one is pulled, so a stream that gathers tensors one at a time on a GPU holds one of
+    them there at a time. ``check(name, shape)`` runs on each tensor before it is copied.
+    """
+    chunk: dict[str, Any] = {}
+    chunk_size = 0
+    layer: dict[str, Any] = {}
+    layer_key, layer_size = None, 0
+    for name, tensor in named_tensors:
+        name = str(name)
+        if check is not None:
+            check(name, tuple(tensor.shape))
+        key = layer_of(name)
+        if key != layer_key and layer:
+            if chunk and chunk_size + layer_size > chunk_bytes:
+                yield chunk
+                chunk, chunk_size = {}, 0
+            chunk.update(layer)
+            chunk_size += layer_size
+            layer, layer_size = {}, 0
+        layer_key = key
+        host = _host_copy(tensor, dtype)
+        del tensor  # the learner's full (gathered) tensor can go now
+        layer[name] = host
+        layer_size += host.numel() * host.element_size()
+    if chunk and layer and chunk_size + layer_size > chunk_bytes:
+        yield chunk
+        chunk = {}
+    chunk.update(layer)
+    if chunk:
+        yield chunk
+
+
+class CheckpointCheck:
+    """Checks a streamed sync against the served checkpoint's names and shapes, tensor by tensor, then whole.
+
+    expected: {name: shape} from ``checkpoint_shapes``, or None when the folder has no safetensors (no check).
+    """
+
+    def __init__(self, expected: tuple[Mapping[str, tuple[int, ...]], frozenset[str]] | None) -> None:
+        self.expected = expected
+        self.seen: dict[str, tuple[int, ...]] = {}
+
+    def __call__(self, name: str, shape: tuple[int, ...]) -> None:
+        check_weight_names([name])
+        if name in self.seen:
+            raise ConfigError(f"sync_weights got {name!r} twice")
+        if self.expected is not None:
+            shapes, optional = self.expected
+            if name not in shapes or tuple(shapes[name]) != tuple(shape):
+                check_against_checkpoint({name: shape}, {name: shapes[name]} if name in shapes else {}, optional)
+        self.seen[name] = shape
+
+    def finish(self) -> None:
+        if not self.seen:
+            raise ConfigError("sync_weights got no tensors")
+        if self.expected is not None:
+            check_against_checkpoint(self.seen, *self.expected)
+
 
 def checkpoint_shapes(model_dir: Path) -> tuple[dict[str, tuple[int, ...]], frozenset[str]] | None:
     """({weight name: shape}, optional names) from the safetensors headers of a model folder (no tensor is
@@ -164,5 +328,7 @@ def weight_pairs(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -
 
 
 def _host_copy(tensor: Any, dtype: Any) -> Any:
+    """``tensor`` in host memory and in ``dtype`` (floating tensors only), contiguous; a copy only where needed: a
+    CPU tensor already in that dtype is used as it is (it is written out before the learner changes again)."""
     cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
-    return tensor.detach().to("cpu", dtype=cast, copy=True).contiguous()
+    return tensor.detach().to("cpu", dtype=cast).contiguous()
