@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,6 +19,7 @@ from pettingllms.rollout.executor import AgentSpec
 from pettingllms.rollout.executor import ExecutorConfig
 from pettingllms.rollout.policy_client import PolicyClient
 from pettingllms.runtime.layout import WorkerLayout, resolve_layout
+from pettingllms.runtime.placement import local_cpus, share_cpus
 from pettingllms.runtime.spec import WorkerSpec
 
 PREFLIGHT_PROBLEMS = 64  # training problems whose first prompts are checked against max_prompt_length
@@ -90,18 +89,17 @@ def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
 
 
 def worker_specs_of(cfg: Config, policies: dict[str, PolicyPlan]) -> list[WorkerSpec]:
-    """One worker spec per policy. Layouts first: the CPU budget is split over the ranks of all policies."""
-    layouts = {name: _layout(cfg, policy) for name, policy in policies.items()}
-    total_ranks = sum(layout.num_ranks for layout in layouts.values())
-    cores = cfg.resources.num_cpus or os.cpu_count() or 1
-    specs = []
-    for name, policy in policies.items():
-        model = policy.model
-        threads = model.num_threads or max(1, cores // total_ranks)
-        cpus = model.cpus_per_rank or float(model.num_threads or cores / total_ranks)
-        layout = dataclasses.replace(layouts[name], cpus_per_rank=cpus)
-        specs.append(_worker_spec(cfg, policy, layout, threads))
-    return specs
+    """One worker spec per policy, with the CPU budget split over the ranks of all policies (``share_cpus``).
+
+    The budget here is ``resources.num_cpus`` or this process's CPUs; a run that joins a Ray cluster (Slurm) splits
+    the cluster's CPUs again once it has joined (``PolicyGroup``)."""
+    specs = [_worker_spec(cfg, policy, _layout(cfg, policy)) for policy in policies.values()]
+    return share_cpus(specs, cpu_budget(cfg))
+
+
+def cpu_budget(cfg: Config) -> float:
+    """CPUs this run may use before it knows a Ray cluster's: ``resources.num_cpus``, else this process's CPUs."""
+    return float(cfg.resources.num_cpus or local_cpus())
 
 
 def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
@@ -129,7 +127,7 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
     return layout
 
 
-def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout, threads: int) -> WorkerSpec:
+def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> WorkerSpec:
     model = policy.model
     lora = None
     if model.lora.rank > 0:
@@ -148,7 +146,8 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout, threads:
         frozen=policy.frozen_adapters,
         trainable=policy.trainable,
         seed=cfg.training.seed,
-        num_threads=threads,
+        requested_threads=model.num_threads,
+        requested_cpus=model.cpus_per_rank,
         engine_options=thaw(model.engine_options),
         fsdp=FSDPOptions(fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward) if layout.sharded else None,
         master_weights=model.master_weights,

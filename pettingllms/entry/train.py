@@ -80,14 +80,12 @@ def check_run(cfg) -> list[str]:
     from pettingllms.assembly.plan import plan
     from pettingllms.data.problems import describe_data
 
-    import os
-
+    from pettingllms.assembly.plan import cpu_budget
     from pettingllms.runtime.placement import check_here
 
     run_plan = plan(cfg)
     data = describe_data(run_plan.env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
-    cpus = cfg.resources.num_cpus or os.cpu_count() or 1
-    placement = check_here([spec.layout for spec in run_plan.worker_specs], float(cpus))
+    placement = check_here([spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
     return [describe_plan(run_plan), f"placement: {placement}", *data]
 
 

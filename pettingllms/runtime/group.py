@@ -26,12 +26,22 @@ from pettingllms.core import ConfigError, Sample
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
 from pettingllms.runtime.dispatch import EngineSetClient
 from pettingllms.runtime.engines import engine_visible_devices
-from pettingllms.runtime.placement import release, reserve
+from pettingllms.runtime.placement import local_cpus, release, reserve, share_cpus
 from pettingllms.runtime.spec import WorkerSpec
 from pettingllms.runtime.worker import PolicyWorker
 
 log = logging.getLogger("pettingllms.runtime")
 CLOSE_TIMEOUT_S = 60.0  # seconds the workers get to stop their engines before they are killed
+
+
+def setup_waves(specs: Sequence[WorkerSpec]) -> list[list[str]]:
+    """The order policies are set up in: all at once, unless vLLM engines share a GPU with another policy (a
+    fractional GPU_num, L3 on one GPU): then one policy after another. vLLM sizes its KV cache from the device's
+    free memory while it starts, so two engines (or an engine and a learner still loading) starting together on one
+    GPU mis-size each other (vllm#55827, #56830)."""
+    shared = any(0 < s.layout.gpus_per_rank < 1 and s.engine == "vllm" for s in specs)
+    names = [s.policy for s in specs]
+    return [[name] for name in names] if shared else [names]
 
 
 class PolicyGroup:
@@ -74,7 +84,7 @@ class PolicyGroup:
                 # "local": always a new instance of our own. Without it Ray would join whatever cluster the last
                 # `ray start` on this machine recorded in /tmp/ray, even a stopped one.
                 address = "local"
-                kwargs["num_cpus"] = num_cpus or os.cpu_count()
+                kwargs["num_cpus"] = num_cpus or local_cpus()
                 # Ray starts workers at nice 15; ours do the compute the driver waits for, so on a shared host
                 # any other process would starve them. The raylet reads this from its environment.
                 os.environ.setdefault("RAY_worker_niceness", "0")
@@ -85,6 +95,11 @@ class PolicyGroup:
                 resources = ray.cluster_resources()
                 log.info("joined the Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", address, len(nodes),
                          resources.get("CPU", 0.0), resources.get("GPU", 0.0))
+                if not num_cpus:
+                    # The plan split this process's CPUs; the ranks run on the cluster's (Slurm: --num-cpus per node).
+                    largest = max((float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes), default=0.0)
+                    specs = share_cpus(specs, float(resources.get("CPU", 0.0)) or local_cpus(), largest)
+                    self.specs = {s.policy: s for s in specs}
         try:
             self._placement_groups = reserve([s.layout for s in specs])
             self._place_actors(specs)
@@ -122,16 +137,17 @@ class PolicyGroup:
                                        for report in ray.get(refs)]
 
     def _setup_actors(self) -> None:
-        """Set up every policy's ranks at once; sharded groups meet at rank 0's rendezvous."""
+        """Set up the policies' ranks, wave by wave (``setup_waves``); sharded groups meet at rank 0's rendezvous."""
         import ray
 
-        started = []
-        for policy, actors in self.ranks.items():
-            layout = self.specs[policy].layout
-            address, port = ray.get(actors[0].rendezvous.remote()) if layout.sharded else (None, None)
-            for rank, actor in enumerate(actors):
-                started.append(actor.setup.remote(address, port, self.engine_devices(policy, rank)))
-        ray.get(started)  # surface start-up errors now
+        for wave in setup_waves(list(self.specs.values())):
+            started = []
+            for policy in wave:
+                actors, layout = self.ranks[policy], self.specs[policy].layout
+                address, port = ray.get(actors[0].rendezvous.remote()) if layout.sharded else (None, None)
+                for rank, actor in enumerate(actors):
+                    started.append(actor.setup.remote(address, port, self.engine_devices(policy, rank)))
+            ray.get(started)  # surface start-up errors now
 
     def engine_devices(self, policy: str, rank: int) -> str | None:
         """For the host of a TP>1 engine: its TP group's GPU ids, its own first (None otherwise)."""

@@ -13,17 +13,53 @@ with a message instead of hanging.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.runtime.layout import WorkerLayout
+
+if TYPE_CHECKING:
+    from pettingllms.runtime.spec import WorkerSpec
 
 RESERVE_TIMEOUT_S = 120.0
 
 
 class PlacementError(ConfigError):
     """The policies' worker groups cannot be placed on this cluster."""
+
+
+def local_cpus() -> int:
+    """CPUs this process may run on: its affinity mask (what Slurm, cgroups' cpusets or ``taskset`` allow), not
+    ``os.cpu_count()``, which counts every core of the node."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity API on this platform
+        return os.cpu_count() or 1
+
+
+def share_cpus(specs: Sequence["WorkerSpec"], budget: float, node_cpus: float = 0.0) -> list["WorkerSpec"]:
+    """The specs with ``budget`` CPUs split evenly over every rank of every policy, where the config left it to us.
+
+    budget: ``resources.num_cpus``, else the Ray cluster's CPUs when the run joins one (Slurm: what ``ray start
+    --num-cpus`` gave each node, summed), else ``local_cpus()``. A rank's Ray CPUs are ``budget / ranks``
+    unless ``base_models.<p>.cpus_per_rank`` (or ``num_threads``) says otherwise; its torch threads are the
+    whole CPUs of that share (at least 1) unless ``num_threads`` says otherwise. node_cpus: the largest node's CPUs
+    (0: one node); a rank never gets more than its share of one node (a TP group's ranks share a node).
+    """
+    total_ranks = sum(spec.layout.num_ranks for spec in specs) or 1
+    shared = []
+    for spec in specs:
+        share = budget / total_ranks
+        if node_cpus > 0:  # a TP group's ranks share one node
+            share = min(share, node_cpus / spec.layout.tensor_parallel)
+        threads = spec.requested_threads or max(1, int(share))
+        cpus = spec.requested_cpus or float(spec.requested_threads or share)
+        shared.append(dataclasses.replace(spec, num_threads=threads,
+                                          layout=dataclasses.replace(spec.layout, cpus_per_rank=cpus)))
+    return shared
 
 
 def check_layout(

@@ -35,6 +35,8 @@ class WorkerSpec:
     trainable: bool = True
     seed: int = 0
     num_threads: int = 0  # torch threads per rank; 0: leave torch's default
+    requested_threads: int = 0  # base_models.<p>.num_threads as configured (0: from the CPU budget, share_cpus)
+    requested_cpus: float = 0.0  # base_models.<p>.cpus_per_rank as configured (0: from the CPU budget)
     engine_options: dict[str, Any] = field(default_factory=dict)
     fsdp: "FSDPOptions | None" = None
     master_weights: str = "float32"  # the learner's weights and AdamW state; "bfloat16" only when asked for

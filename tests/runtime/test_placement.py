@@ -139,3 +139,55 @@ def test_default_layout_splits_the_cores_over_every_rank():
     specs = plan_of("specialization=L3", "resources.num_cpus=2", "base_models.policy_0.num_ranks=2").worker_specs
     assert [(s.layout.num_ranks, s.layout.cpus_per_rank, s.num_threads) for s in specs] == [(2, 0.5, 1)] * 2
     assert all(s.fsdp is not None and s.layout.num_engines == 2 for s in specs)
+
+
+def _spec(policy: str, ranks: int, threads: int = 0, cpus: float = 0.0, tp: int = 1):
+    from pettingllms.learner import LearnerConfig
+    from pettingllms.runtime.layout import resolve_layout
+    from pettingllms.runtime.spec import WorkerSpec
+
+    layout = resolve_layout(policy, num_gpus=ranks, tensor_parallel=tp) if ranks > 1 else \
+        resolve_layout(policy, num_gpus=0)
+    return WorkerSpec(policy, "tiny-random-smollm2", LearnerConfig(total_steps=1), layout,
+                      requested_threads=threads, requested_cpus=cpus)
+
+
+def test_share_cpus_splits_the_budget_over_every_rank_and_keeps_what_the_config_set():
+    from pettingllms.runtime.placement import share_cpus
+
+    # Slurm: 2 nodes x 32 CPUs given to Ray, 2 policies x 8 ranks; os.cpu_count() of the driver plays no part.
+    a, b = share_cpus([_spec("a", 8), _spec("b", 8)], budget=64.0, node_cpus=32.0)
+    assert a.layout.cpus_per_rank == b.layout.cpus_per_rank == 4.0 and a.num_threads == b.num_threads == 4
+    assert sum(s.layout.cpus for s in (a, b)) == 64.0
+    (alone,) = share_cpus([_spec("a", 1)], budget=4.0, node_cpus=2.0)  # a rank runs on one node
+    assert alone.layout.cpus_per_rank == 2.0 and alone.num_threads == 2
+    fixed, free = share_cpus([_spec("a", 1, threads=3), _spec("b", 1, cpus=1.5)], budget=8.0)
+    assert (fixed.num_threads, fixed.layout.cpus_per_rank) == (3, 3.0)
+    assert (free.num_threads, free.layout.cpus_per_rank) == (4, 1.5)
+    (tiny,) = share_cpus([_spec("a", 1)], budget=0.5)
+    assert tiny.num_threads == 1 and tiny.layout.cpus_per_rank == 0.5
+
+
+def test_local_cpus_is_the_affinity_mask_not_the_core_count(monkeypatch):
+    import os
+
+    from pettingllms.runtime.placement import local_cpus
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert local_cpus() == 2
+
+
+def test_policies_sharing_a_gpu_with_vllm_start_one_after_another():
+    from pettingllms.learner import LearnerConfig
+    from pettingllms.runtime.group import setup_waves
+    from pettingllms.runtime.layout import resolve_layout
+    from pettingllms.runtime.spec import WorkerSpec
+
+    def spec(policy, gpus, engine="auto"):
+        return WorkerSpec(policy, "m", LearnerConfig(total_steps=1), resolve_layout(policy, num_gpus=gpus,
+                                                                                     engine=engine))
+
+    assert setup_waves([spec("a", 0.5), spec("b", 0.5)]) == [["a"], ["b"]]  # L3 on one GPU
+    assert setup_waves([spec("a", 4), spec("b", 4)]) == [["a", "b"]]  # L3 on 8 GPUs: separate devices
+    assert setup_waves([spec("a", 0), spec("b", 0)]) == [["a", "b"]]  # CPU

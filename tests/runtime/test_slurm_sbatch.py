@@ -29,6 +29,15 @@ STUBS = {
     "sinfo": '#!/bin/sh\necho "PARTITION AVAIL NODES"\necho "debug up 2"\n',
     "hostname": '#!/bin/sh\n[ "$1" = "--ip-address" ] && { echo 127.0.0.1; exit 0; }\nexec /bin/hostname "$@"\n',
 }
+# The driver as it runs on a big Slurm node: os.cpu_count() says 64 while the job has 2 CPUs per task. Only the
+# training command (`python -m ...`) is wrapped; the script's other Python snippets run as they are.
+BIG_NODE_PYTHON = """#!/bin/sh
+if [ "$1" = "-m" ]; then
+  exec {python} -c 'import os, runpy, sys; os.cpu_count = lambda: 64; module = sys.argv[2]; \
+sys.argv = [module] + sys.argv[3:]; runpy.run_module(module, run_name="__main__", alter_sys=True)' "$@"
+fi
+exec {python} "$@"
+"""
 
 
 def free_port() -> int:
@@ -49,11 +58,14 @@ def test_the_sbatch_script_starts_a_two_process_ray_cluster_and_trains_through_i
     for name, body in STUBS.items():
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
+    (bin_dir / "python").write_text(BIG_NODE_PYTHON.format(python=sys.executable))
+    (bin_dir / "python").chmod(0o755)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "GPU_num", "CUDA_VISIBLE_DEVICES")}
     env.update({
         "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{env['PATH']}",
-        "PYTHON": sys.executable,
+        "PYTHON": str(bin_dir / "python"),
+        "RAY": str(Path(sys.executable).parent / "ray"),
         "SLURM_JOB_NODELIST": "node-[a-b]",
         "SLURM_SUBMIT_DIR": str(ROOT),
         "SLURM_CPUS_PER_TASK": "2",
@@ -66,7 +78,7 @@ def test_the_sbatch_script_starts_a_two_process_ray_cluster_and_trains_through_i
         "base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",
         "training.train_batch_size=1", "rollout.branching=2", "env.max_turns=1", "training.max_response_length=8",
         "training.val_freq=0", "training.export_hf=false", "training.plot=false", "training.resume=none",
-        f"training.log_dir={tmp_path / 'logs'}", "resources.num_cpus=2",
+        f"training.log_dir={tmp_path / 'logs'}",  # no resources.num_cpus: the ranks get the cluster's CPUs
     ]
     run = subprocess.run(
         ["bash", str(ROOT / "scripts/slurm/train.sbatch"), "scripts/train/game/plan_path_L1_prompt.sh", *overrides],
