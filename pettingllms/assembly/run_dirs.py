@@ -9,9 +9,11 @@ LOGGER_NAME = "pettingllms"  # the library's logger; a run directory's log file 
 
 
 def new_run_dir(log_dir: str | Path, experiment: str, now: datetime | None = None) -> Path:
-    """A fresh directory for one run (``-2``, ``-3``, ... when two runs start in the same second)."""
+    """A fresh directory for one run (``-2``, ``-3``, ... when two runs start in the same second), as an absolute
+    path: it is handed to Ray actors, whose working directory (on another node, or under ``ray start``) is not the
+    driver's."""
     now = now or datetime.now()
-    base = Path(log_dir) / experiment / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
+    base = Path(log_dir).absolute() / experiment / now.strftime("%Y-%m-%d") / now.strftime("%H-%M-%S")
     path, n = base, 1
     while path.exists():
         n += 1

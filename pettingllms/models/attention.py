@@ -45,17 +45,41 @@ def grouped_sdpa_attention(
         output = softcapped_attention(query, key, value, attention_mask, float(kwargs["softcap"]),
                                       scaling=scaling, causal=causal, dropout=dropout)
         return output.transpose(1, 2).contiguous(), None
-    output = F.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=attention_mask,
-        dropout_p=dropout,
-        scale=scaling,
-        is_causal=causal,
-        enable_gqa=key.shape[1] != query.shape[1],
-    )
+    with sdpa_backends(query.device.type, attention_mask is not None):
+        output = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=dropout,
+            scale=scaling,
+            is_causal=causal,
+            enable_gqa=key.shape[1] != query.shape[1],
+        )
     return output.transpose(1, 2).contiguous(), None
+
+
+def masked_sdpa_backends() -> list:
+    """The SDPA kernels allowed for an explicit mask on CUDA: memory-efficient attention, else the math kernel.
+
+    Not cuDNN attention: with torch 2.13 on H100, SDPA can pick it for an explicit mask, and its backward has a known
+    NaN bug for some sequence lengths (pytorch#196678); a NaN gradient then costs a step (see the learner's
+    ``max_nonfinite_grad_steps``). Flash attention takes no arbitrary mask, so it is not a candidate here anyway.
+    """
+    from torch.nn.attention import SDPBackend
+
+    return [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def sdpa_backends(device_type: str, has_mask: bool):
+    """A context restricting SDPA to ``masked_sdpa_backends`` on CUDA with an explicit mask; else no restriction."""
+    import contextlib
+
+    if device_type != "cuda" or not has_mask:
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(masked_sdpa_backends())
 
 
 def softcapped_attention(

@@ -13,6 +13,9 @@ from pettingllms.runtime.spec import WorkerSpec, engine_seed
 # awake; the engine sleeps during updates. A policy on a share of one GPU scales it by its share.
 VLLM_GPU_MEMORY_FRACTION = 0.5
 
+# The LoRA ranks vLLM accepts for max_lora_rank (vLLM 0.28-0.32 refuse any other value at start-up).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
 
 def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int, autocast: bool = False) -> Any:
     """Engine ``engine_index`` of the policy: the transformers engine over ``model`` (the learner's own module in a
@@ -41,18 +44,32 @@ def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int, aut
 
 def vllm_options(spec: WorkerSpec) -> dict[str, Any]:
     """The vLLM engine's keywords: colocated with the learner (sleep mode on GPU), the policy's dtype, LoRA slots
-    for every adapter, and the multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick
+    for every adapter (``max_lora_rank`` rounded up to a rank vLLM accepts), unseeded requests on GPUs, and the multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick
     its Ray executor and try to reserve GPUs the actor already holds). ``engine_options`` win."""
     share = spec.layout.gpus_per_rank if 0 < spec.layout.gpus_per_rank < 1 else 1.0
     options: dict[str, Any] = {"enable_sleep_mode": True, "dtype": spec.dtype,
-                               "gpu_memory_utilization": round(VLLM_GPU_MEMORY_FRACTION * share, 4)}
+                               "gpu_memory_utilization": round(VLLM_GPU_MEMORY_FRACTION * share, 4),
+                               # A seed per request puts vLLM's sampler on its slow row-by-row path: on GPUs,
+                               # throughput first (engine_options.reproducible=true for exactly resumable draws).
+                               "reproducible": not spec.layout.uses_gpus}
     if spec.lora is not None:
-        options.update(enable_lora=True, max_loras=max(1, len(spec.adapters)), max_lora_rank=spec.lora.rank)
+        options.update(enable_lora=True, max_loras=max(1, len(spec.adapters)),
+                       max_lora_rank=vllm_lora_rank(spec.lora.rank, spec.policy))
     if spec.layout.tensor_parallel > 1:
         llm_options = dict(spec.engine_options.get("llm_options") or {})
         llm_options.setdefault("distributed_executor_backend", "mp")
         options["llm_options"] = llm_options
     return {**options, **{k: v for k, v in spec.engine_options.items() if k != "llm_options"}}
+
+
+def vllm_lora_rank(rank: int, policy: str = "policy") -> int:
+    """The smallest rank vLLM accepts as ``max_lora_rank`` that holds adapters of rank ``rank`` (r=4 -> 8, r=48 ->
+    64): an adapter's rank may be below the engine's maximum, never above it."""
+    for allowed in VLLM_LORA_RANKS:
+        if rank <= allowed:
+            return allowed
+    raise ConfigError(f"base_models.{policy}.lora.rank={rank} is above the largest LoRA rank vLLM serves "
+                      f"({VLLM_LORA_RANKS[-1]}); use a rank of at most {VLLM_LORA_RANKS[-1]}")
 
 
 def engine_visible_devices(own: Sequence[str], peers: Sequence[Sequence[str]]) -> str:

@@ -20,7 +20,7 @@ logging.getLogger(STEP_LOGGER).propagate = False
 
 def find_resumable_run(log_dir: str | Path, experiment: str) -> Path | None:
     """The most recent run of ``experiment`` that has a checkpoint."""
-    runs = sorted(Path(log_dir, experiment).glob("*/*/checkpoints/latest"), key=lambda p: p.stat().st_mtime)
+    runs = sorted(Path(log_dir, experiment).absolute().glob("*/*/checkpoints/latest"), key=lambda p: p.stat().st_mtime)
     return runs[-1].parents[1] if runs else None
 
 

@@ -202,7 +202,7 @@ class Trainer:
             if run is not None:
                 return run, ckpt.latest_checkpoint(run / "checkpoints")
         elif t.resume not in ("none", ""):
-            checkpoint = Path(t.resume)
+            checkpoint = Path(t.resume).absolute()  # handed to Ray actors, whose working directory is not ours
             if not (checkpoint / ckpt.STATE_FILE).is_file():
                 raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
             return checkpoint.parents[1], checkpoint

@@ -42,3 +42,46 @@ def test_without_a_gpu_it_stops_with_the_reason():
                          text=True, timeout=120)
     assert run.returncode != 0
     assert "needs" in run.stderr and ("GPU" in run.stderr or "vLLM" in run.stderr or "CUDA" in run.stderr)
+
+
+@pytest.mark.parametrize("rank,served", [(1, 1), (4, 8), (8, 8), (16, 16), (48, 64), (300, 320), (512, 512)])
+def test_lora_rank_is_rounded_up_to_one_vllm_accepts(rank, served):
+    from pettingllms.runtime.engines import vllm_lora_rank
+
+    assert vllm_lora_rank(rank) == served
+
+
+def test_a_lora_rank_vllm_cannot_serve_is_refused_naming_the_key():
+    from pettingllms.core.errors import ConfigError
+    from pettingllms.runtime.engines import vllm_lora_rank
+
+    with pytest.raises(ConfigError, match=r"base_models.policy_0.lora.rank=1024 .* at most 512"):
+        vllm_lora_rank(1024, "policy_0")
+
+
+def test_the_l2_script_asks_vllm_for_an_allowed_rank(tmp_path):
+    """The shipped LoRA scripts' own rank, whatever it is, reaches vLLM as a value it accepts."""
+    from script_support import script_specs
+
+    from pettingllms.runtime.engines import VLLM_LORA_RANKS, vllm_options
+
+    for script in ("math/math_L2_lora.sh", "code/code_L2_lora.sh", "game/game_L2_lora.sh"):
+        (spec,) = script_specs(script, {"CUDA_VISIBLE_DEVICES": "0"})
+        options = vllm_options(spec)
+        assert options["max_lora_rank"] in VLLM_LORA_RANKS and options["max_lora_rank"] >= spec.lora.rank
+
+
+def test_gpu_training_does_not_seed_every_request_unless_asked():
+    """Per-request seeds put vLLM's sampler on its slow row-by-row path: off on GPUs by default, on for CPU engines
+    (exact resumption in the CPU lane), and an explicit engine option wins."""
+    from script_support import script_specs
+
+    from pettingllms.runtime.engines import vllm_options
+
+    (gpu,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0"})
+    assert vllm_options(gpu)["reproducible"] is False
+    (asked,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0"},
+                            "+base_models.policy_0.engine_options.reproducible=true")
+    assert vllm_options(asked)["reproducible"] is True
+    (cpu,) = script_specs("math/math_L1_prompt.sh", {"GPU_num": "0"}, "base_models.policy_0.engine=vllm")
+    assert vllm_options(cpu)["reproducible"] is True

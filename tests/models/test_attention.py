@@ -78,3 +78,44 @@ def test_attention_sinks_are_refused():
     q = torch.zeros(1, 2, 3, 4)
     with pytest.raises(NotImplementedError, match="attention sinks"):
         grouped_sdpa_attention(torch.nn.Module(), q, q, q, None, s_aux=torch.zeros(2))
+
+
+def test_an_explicit_mask_on_cuda_never_runs_cudnn_attention(monkeypatch):
+    """On H100 with torch 2.13 SDPA can choose cuDNN attention for an explicit mask, whose backward has a NaN bug
+    (pytorch#196678). The attention function restricts the kernels on CUDA whenever a mask is passed; without a
+    mask, or on CPU, SDPA chooses freely. (Checked here by recording the restriction: no GPU on this machine.)"""
+    import contextlib
+
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    from pettingllms.models import attention
+
+    assert SDPBackend.CUDNN_ATTENTION not in attention.masked_sdpa_backends()
+    assert SDPBackend.EFFICIENT_ATTENTION in attention.masked_sdpa_backends()
+    recorded = []
+    monkeypatch.setattr(torch.nn.attention, "sdpa_kernel",
+                        lambda backends: recorded.append(list(backends)) or contextlib.nullcontext())
+    attention.sdpa_backends("cuda", has_mask=True).__enter__()
+    assert recorded == [attention.masked_sdpa_backends()]
+    for device, mask in (("cuda", False), ("cpu", True)):
+        assert isinstance(attention.sdpa_backends(device, has_mask=mask), contextlib.nullcontext)
+    assert len(recorded) == 1
+
+
+def test_the_attention_function_asks_for_the_restriction_with_its_device_and_mask(monkeypatch):
+    import contextlib
+
+    import torch
+
+    from pettingllms.models import attention
+
+    asked = []
+    monkeypatch.setattr(attention, "sdpa_backends", lambda device, has_mask: asked.append((device, has_mask))
+                        or contextlib.nullcontext())
+    module = torch.nn.Module()
+    q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool).tril()
+    attention.grouped_sdpa_attention(module, q, k, k, mask)
+    attention.grouped_sdpa_attention(module, q, k, k, None)
+    assert asked == [("cpu", True), ("cpu", False)]
