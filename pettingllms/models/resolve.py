@@ -4,9 +4,10 @@ A spec is one of:
 - a local directory holding ``config.json`` and weights;
 - a hub id (``owner/name``), fetched with ``huggingface_hub.snapshot_download`` (the HF cache is used;
   with ``HF_HUB_OFFLINE=1`` only files already cached are accepted);
-- a built-in alias of the table ``ALIASES``: ``smollm2-135m-instruct`` (the packaged SmolLM2-135M-Instruct) and
-  ``tiny-random-smollm2`` (a tiny random model for fast tests), converted once into the cache (see
-  ``pettingllms.models.aliases``).
+- a built-in alias of the table ``ALIASES``: ``smollm2-135m-instruct`` (the packaged SmolLM2-135M-Instruct),
+  ``tiny-random-smollm2`` (a tiny random model for fast tests) and ``tiny-replica-<model>`` (a tiny random
+  replica of a recorded hub checkpoint, e.g. ``tiny-replica-qwen3-1.7b``; see ``pettingllms.models.replicas``),
+  built once into the cache (see ``pettingllms.models.aliases``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import re
 from pathlib import Path
 
 from pettingllms.core.errors import ConfigError
-from pettingllms.models import aliases, tiny
+from pettingllms.models import aliases, replicas, tiny
 
 ALIASES: dict[str, aliases.AliasRecipe] = {
     aliases.SMOLLM2_ALIAS: aliases.smollm2_recipe,
     aliases.TINY_ALIAS: tiny.tiny_recipe,
+    **replicas.replica_aliases(),
 }
 
 # Files worth fetching from a hub repository: config, tokenizer, chat template, safetensors weights.
