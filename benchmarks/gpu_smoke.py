@@ -1,8 +1,13 @@
 """GPU smoke test: what users run (the train scripts' own configs), on whatever GPUs are visible, in one command.
 
     pip install -e '.[gpu]'                      # on a CUDA machine: vLLM
-    python benchmarks/gpu_smoke.py               # generation + L1 + L3, 3 training steps each
+    python benchmarks/gpu_smoke.py               # generation + L1 + L3 on a full-size Qwen3-1.7B replica
     python benchmarks/gpu_smoke.py --parts L1 --steps 2 --model /models/Qwen3-1.7B
+
+The model: by default a full-size random-weight replica of the scripts' own Qwen/Qwen3-1.7B, written locally from
+its recorded facts (``pettingllms/models/replicas.py``: same config, tied head stored in its second shard, tensor
+names, chat template; no hub needed, 76 s and 4 GB of disk), so the run has the real model's shape and memory.
+``--model`` takes any local folder or alias instead. It exits non-zero on the first failure.
 
 Parts (each adds a section to benchmarks/results/gpu_smoke.json):
 - ``generation``: the executor over a ``VLLMEngine`` on the quickstart workload (arith_duo, tree mode, B
@@ -14,7 +19,9 @@ Parts (each adds a section to benchmarks/results/gpu_smoke.json):
   and the offline math set (``scripts/dataprocess/load_math.py``).
 - ``L3``: ``bash scripts/train/math/math_L3_model.sh`` the same way: two full models, the visible GPUs split
   between them (half a GPU each on a one-GPU machine), each policy with its own vLLM engine(s).
-Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens.
+Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens, and the
+device memory (GB in use on the GPU, every process) after each phase of the step: the update, the learner's cache
+release, the weights' sync and the KV cache's wake.
 Peak GPU memory is the device's ``memory.used`` (nvidia-smi, sampled every 0.2 s) over each part, so it covers
 vLLM's engine processes and the learners together.
 """
@@ -43,6 +50,8 @@ from _report import load_average, median, out_dir, write_result  # noqa: E402
 NAME = "gpu_smoke"
 TARGET = 0.9
 PARTS = ("generation", "L1", "L3")
+DEFAULT_MODEL = "replica:Qwen/Qwen3-1.7B"
+MEMORY_PHASES = ("after_update", "after_release", "after_weights", "after_wake")
 
 
 class GpuMemoryPeak:
@@ -158,10 +167,40 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
         "step_s": row["timing/step_s"],
         "generated_tokens": generated_tokens_of(row),
         "policy_sync_s": {k.split("/")[0]: v for k, v in row.items() if k.endswith("/actor/timing/sync_s")},
+        "memory_gb": memory_phases(row),
     } for row in steps]
+    for step in per_step:
+        print(f"{level} step {step['step']}: update {step['update_s']:.2f} s, sync {step['sync_s']:.3f} s, "
+              f"step {step['step_s']:.1f} s; GPU memory in use (GB) "
+              + ", ".join(f"{phase} {gb:.1f}" for phase, gb in step["memory_gb"].items()), flush=True)
     timed = per_step[1:] or per_step  # the first step also compiles kernels and allocates caches
     return {"script": LEVEL_SCRIPTS[level], "overrides": overrides, "wall_s": wall, "steps": per_step,
             "medians": {k: median([s[k] for s in timed]) for k in ("update_s", "sync_s", "step_s", "rollout_s")}}
+
+
+def memory_phases(row: dict) -> dict[str, float]:
+    """GB in use on the device after each phase of a step (the largest over policies and ranks reported)."""
+    phases = {}
+    for phase in MEMORY_PHASES:
+        values = [v for k, v in row.items() if k.endswith(f"/memory/{phase}_device_used_gb")]
+        if values:
+            phases[phase] = max(values)
+    return phases
+
+
+def resolve_model_arg(model: str, cache: Path) -> str:
+    """``replica:<hub id>``: a full-size random-weight replica built once under ``cache``; anything else as it is."""
+    if not model.startswith("replica:"):
+        return model
+    from pettingllms.models.replicas import build_replica
+
+    model_id = model.removeprefix("replica:")
+    dest = cache / model_id.replace("/", "--")
+    if not (dest / "config.json").is_file():
+        started = time.perf_counter()
+        build_replica(model_id, dest, size="full")
+        print(f"built a full-size replica of {model_id} in {time.perf_counter() - started:.0f} s: {dest}", flush=True)
+    return str(dest)
 
 
 def generated_tokens_of(row: dict) -> float:
@@ -178,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="a local model folder or alias, or replica:<hub id> (a full-size random replica)")
+    parser.add_argument("--replica-cache", default=str(Path(tempfile.gettempdir()) / "pettingllms-replicas"))
     parser.add_argument("--steps", type=int, default=3, help="training steps per level")
     parser.add_argument("--problems", type=int, default=16, help="B: problems per call or step")
     parser.add_argument("--branching", type=int, default=4, help="K: branches per node")
@@ -187,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--out-dir")
     args = parser.parse_args(argv)
     device = require_gpu()
+    args.model = resolve_model_arg(args.model, Path(args.replica_cache))
     load_before = load_average()
     report: dict = {"device": device}
     if any(part in LEVEL_SCRIPTS for part in args.parts):

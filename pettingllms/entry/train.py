@@ -1,6 +1,6 @@
 """``pettingllms train``: compose the Hydra config, build the trainer, train.
 
-    pettingllms train [--config-name NAME] [--config-dir DIR] [--multirun|-m] [--dry-run] [key=value ...]
+    pettingllms train [--config-name NAME] [--config-dir DIR] [--multirun|-m] [--dry-run|--rehearse] [key=value ...]
 
 ``--multirun`` expands sweeps with Hydra's own override grammar and its basic sweeper (the cartesian product of
 ``key=a,b``, ``key=range(1,4)`` and ``key=choice(a,b)``, in command-line order), checks that every combination
@@ -9,7 +9,8 @@ composes, then trains them one after another, each in its own directory
 per job, in ``jobs.jsonl`` there). Every job's config is composed and its run planned (env, agents, policies,
 data files) before the first one trains. ``--dry-run`` prints the resolved config, the run plan and where the
 data comes from (with ``-m``: every job), checks all of it, and trains nothing. ``--help`` prints the options,
-configs, config groups and the keys users set most.
+configs, config groups and the keys users set most. ``--rehearse`` rehearses the run on this machine: its plan and
+GPU placement, then real steps with tiny replicas of its models (``entry/rehearse.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def split_flags(argv: Sequence[str]) -> tuple[bool, bool, list[str]]:
     """(multirun, dry_run, the remaining arguments)."""
     rest = [a for a in argv if a not in MULTIRUN_FLAGS and a != DRY_RUN_FLAG]
     return any(a in MULTIRUN_FLAGS for a in argv), DRY_RUN_FLAG in argv, rest
+
+
+REHEARSE_FLAG = "--rehearse"
 
 
 def load_config(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | None = None):
@@ -235,6 +239,8 @@ def format_outcomes(outcomes: Sequence[JobOutcome], keys: Sequence[str], root: P
 def train_command(argv: Sequence[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     multirun, dry_run, rest = split_flags(argv)
+    rehearsal = REHEARSE_FLAG in rest
+    rest = [a for a in rest if a != REHEARSE_FLAG]
     try:
         name, directory, overrides = parse_args(rest)
         if any(a in HELP_FLAGS for a in overrides):
@@ -242,11 +248,17 @@ def train_command(argv: Sequence[str]) -> int:
 
             print(help_text("train", name, directory, [o for o in overrides if o not in HELP_FLAGS]))
             return 0
+        if rehearsal and (multirun or dry_run):
+            raise ConfigError("--rehearse rehearses one run: drop --multirun and --dry-run")
         if multirun:
             outcomes = run_multirun(name, overrides, directory, dry_run)
             return 0 if all(o.status == "ok" for o in outcomes) else 1
         if dry_run:
             return dry_run_command(name, overrides, directory)
+        if rehearsal:
+            from pettingllms.entry.rehearse import rehearse_command
+
+            return rehearse_command(name, overrides, directory)
         trainer, _ = run_training(name, overrides, directory)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)

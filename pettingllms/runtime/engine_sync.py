@@ -51,6 +51,17 @@ def release_accelerator_cache() -> int:
     return max(0, reserved - torch.cuda.memory_reserved())
 
 
+def device_memory(phase: str) -> dict[str, float]:
+    """``memory/<phase>_*`` metrics: GB this process has allocated and reserved on its GPU, and GB in use on the
+    whole device (vLLM's engine processes included); empty on CPU."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    free, total = torch.cuda.mem_get_info()
+    return {f"memory/{phase}_allocated_gb": torch.cuda.memory_allocated() / 2**30,
+            f"memory/{phase}_reserved_gb": torch.cuda.memory_reserved() / 2**30,
+            f"memory/{phase}_device_used_gb": (total - free) / 2**30}
+
+
 class EngineSync:
     """Moves trained weights into one policy's engine and schedules its sleep around updates.
 
@@ -67,6 +78,7 @@ class EngineSync:
         self.owns_weights = engine is not None and engine_owns_weights(engine)
         self.sleeps = self.owns_weights and bool(getattr(engine, "sleep_enabled", False))
         self.last_released_bytes = 0
+        self.memory: dict[str, float] = {}  # device memory after each phase of the last push (GPU only)
         self._asleep = False
 
     @property
@@ -90,6 +102,7 @@ class EngineSync:
         before anything is gathered.
         """
         self.last_released_bytes = release_accelerator_cache()
+        self.memory = {"memory/cache_released_gb": self.last_released_bytes / 2**30, **device_memory("after_release")}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
             return 0.0
@@ -113,9 +126,11 @@ class EngineSync:
                     _drain(named_tensors)  # the other ranks are gathering it
                     raise
             self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
+        self.memory.update(device_memory("after_weights"))
         if self._asleep:
             self.engine.wake_up(["kv_cache"])
             self._asleep = False
+            self.memory.update(device_memory("after_wake"))
         return time.perf_counter() - started
 
 

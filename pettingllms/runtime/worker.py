@@ -209,6 +209,8 @@ class PolicyWorker:
 
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
         """One training iteration (every rank gets the whole batch), then the weight sync to every engine."""
+        from pettingllms.runtime.engine_sync import device_memory
+
         if self.learner is None:
             return {}
         self.sync.release_for_update()
@@ -219,8 +221,7 @@ class PolicyWorker:
         started = time.perf_counter()
         self._push_weights(trained_only=True)
         metrics["timing/sync_s"] = time.perf_counter() - started
-        metrics["memory/cache_released_gb"] = self.sync.last_released_bytes / 2**30
-        metrics.update(device_memory("after_sync"))
+        metrics.update(self.sync.memory)  # after the cache release, the weights' sync and the KV cache's wake
         return metrics
 
     def full_weights(self, trained_only: bool = False) -> Iterator[tuple[str, Any]]:
@@ -298,19 +299,6 @@ class PolicyWorker:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
-
-
-def device_memory(phase: str) -> dict[str, float]:
-    """GB this process has allocated and reserved on its GPU, and GB in use on the whole device (vLLM's engine
-    processes included), after ``phase``; empty on CPU."""
-    import torch
-
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        return {}
-    free, total = torch.cuda.mem_get_info()
-    return {f"memory/{phase}_allocated_gb": torch.cuda.memory_allocated() / 2**30,
-            f"memory/{phase}_reserved_gb": torch.cuda.memory_reserved() / 2**30,
-            f"memory/{phase}_device_used_gb": (total - free) / 2**30}
 
 
 def save_tokenizer_beside(paths: Sequence[Path | str], codec) -> list[str]:

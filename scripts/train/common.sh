@@ -13,6 +13,7 @@
 #                         devices in CUDA_VISIBLE_DEVICES, else what nvidia-smi lists, else 0 (CPU)
 #   POLICIES              set by the variant script: how many policies share the GPUs by default
 #   CUDA_VISIBLE_DEVICES  which GPUs this run may use (honoured by torch, vLLM and Ray)
+#   REHEARSE_GPUS         with --rehearse and no GPU visible: the GPUs to rehearse the plan and placement at (8)
 #   PYTHON                interpreter (default: .venv/bin/python if present, else python3)
 set -euo pipefail
 
@@ -37,8 +38,13 @@ visible_gpus() {
 }
 
 POLICIES="${POLICIES:-1}"
+REHEARSING=0
+for _arg in "$@"; do [[ "$_arg" == "--rehearse" ]] && REHEARSING=1; done
 if [[ -z "${GPU_num:-}" ]]; then
   _visible="$(visible_gpus)"
+  if (( REHEARSING && _visible == 0 )); then
+    _visible="${REHEARSE_GPUS:-8}"  # --rehearse on a machine without GPUs: plan and place as on a GPU node
+  fi
   if (( _visible >= POLICIES )); then
     GPU_num=$(( _visible / POLICIES ))
   elif (( _visible > 0 )); then

