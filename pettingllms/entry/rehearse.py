@@ -29,7 +29,6 @@ from typing import Any, Sequence
 from pettingllms.core import ConfigError, DataError
 
 log = logging.getLogger("pettingllms.entry")
-RESPONSE_TOKENS = 8  # every agent's max_tokens in the rehearsal's steps
 # Offline sets of the domains whose configs name hub datasets (scripts/dataprocess/load_<domain>.py, no flags).
 OFFLINE_DATA = {"math": ("gsm_symbolic", ["gsm_symbolic"]), "code": ("humaneval", ["humaneval"])}
 
@@ -147,50 +146,6 @@ def memory_plan_lines(cfg, specs) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------------- phase 2
-def replica_of(path: str) -> str:
-    """The tiny replica alias of the model a config names, or a ConfigError naming the models that have one."""
-    from pettingllms.models.replicas import known_models, recorded_facts, tiny_alias
-    from pettingllms.models.resolve import ALIASES
-
-    if path in ALIASES:  # already a built-in (the packaged SmolLM2, a tiny model or a replica)
-        return path
-    if recorded_facts(path) is None:
-        raise ConfigError(f"no replica of {path!r} to rehearse with: recorded models are {known_models()} "
-                          "(pettingllms/models/facts/); add its facts there, or rehearse with one of them")
-    return tiny_alias(path)
-
-
-def step_overrides(cfg, engine: str, run_dir: Path) -> tuple[list[str], list[str]]:
-    """(overrides for the rehearsal's steps, what they change, in words)."""
-    from pettingllms.config.schema import Specialization
-
-    overrides, changes = [], []
-    level = cfg.specialization
-    ranks = 1 if level == Specialization.L3 else 2
-    context = cfg.training.max_prompt_length + RESPONSE_TOKENS + 8
-    for name, model in cfg.base_models.items():
-        replica = replica_of(model.path)
-        key = f"base_models.{name}"
-        overrides += [f"{key}.path={replica}", f"{key}.num_gpus=0", f"{key}.num_ranks={ranks}",
-                      f"{key}.fsdp.enabled={'true' if ranks > 1 else 'false'}", f"{key}.dtype=float32",
-                      f"{key}.engine={engine}", f"{key}.num_threads=1", f"{key}.cpus_per_rank=0.5"]
-        if engine == "vllm":
-            overrides.append(f"+{key}.engine_options={{max_model_len:{context},"
-                             "llm_options:{enforce_eager:true,block_size:32}}")
-        changes.append(f"{name}: {model.path} -> {replica} (tiny replica), {ranks} gloo rank(s), {engine} engine, "
-                       "float32 on CPU")
-    overrides += [
-        "resources.gpus_per_policy=0", f"training.max_response_length={RESPONSE_TOKENS}",
-        "training.train_batch_size=2", "rollout.branching=2", f"env.max_turns={min(cfg.env.max_turns, 2)}",
-        "training.total_training_steps=2", "training.save_freq=1", "training.val_before_train=false",
-        "training.val_freq=0", "training.export_hf=false", "training.plot=false", "training.logger=[console]",
-        f"training.log_dir={run_dir}", "training.resume=none", "training.stop_after_steps=1",
-    ]
-    changes.append(f"lengths and budget capped: {RESPONSE_TOKENS} response tokens, 2 problems x 2 branches, "
-                   f"{min(cfg.env.max_turns, 2)} turn(s), 2 steps (1, checkpoint, resume, 2)")
-    return overrides, changes
-
-
 def data_overrides(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:
     """[] when the config's data is on this machine; else the domain's offline set (and the reason)."""
     from pettingllms.entry.train import check_run
@@ -210,6 +165,7 @@ def data_overrides(cfg, config_name: str, overrides: Sequence[str], config_dir: 
 
 def steps(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None, work: Path, engine: str,
           report: Rehearsal) -> None:
+    from pettingllms.assembly.rehearsal import step_overrides
     from pettingllms.entry.train import load_config, train
 
     work.mkdir(parents=True, exist_ok=True)
@@ -241,6 +197,7 @@ def reload_export(run_dir: Path, out: Path, engine: str, report: Rehearsal) -> N
     """``pettingllms export`` of the last checkpoint, then each folder loaded and generating in transformers (and
     vLLM)."""
     from pettingllms.entry.export import export_command
+    from pettingllms.eval.reload import generate_with_transformers, generate_with_vllm
 
     if export_command([str(run_dir), "--out", str(out)]) != 0:
         raise ConfigError(f"pettingllms export {run_dir} failed (its error is above)")
@@ -254,66 +211,6 @@ def reload_export(run_dir: Path, out: Path, engine: str, report: Rehearsal) -> N
         if engine == "vllm":
             text = generate_with_vllm(folder)
             report.say(f"export {folder.relative_to(out)} reloads in vLLM and generates ({text!r})")
-
-
-def _codec(directory: Path | str):
-    """The chat codec of an exported model (or its base), in non-thinking mode where the template has the switch."""
-    from pettingllms.models.codec import HFChatCodec
-    from pettingllms.models.load import load_tokenizer
-
-    thinking = "enable_thinking" in (load_tokenizer(directory).chat_template or "")
-    return HFChatCodec.from_pretrained(directory, {"enable_thinking": False} if thinking else None)
-
-
-def _prompt(codec) -> list[int]:
-    return codec.encode_chat([{"role": "user", "content": "What is 2 + 3?"}])
-
-
-def _base_of(folder: Path) -> str:
-    return json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
-
-
-def generate_with_transformers(folder: Path) -> str:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    if (folder / "adapter_config.json").is_file():
-        from peft import AutoPeftModelForCausalLM
-
-        model, codec = AutoPeftModelForCausalLM.from_pretrained(folder), _codec(_base_of(folder))
-    else:
-        model, codec = AutoModelForCausalLM.from_pretrained(folder), _codec(folder)
-    ids = torch.tensor([_prompt(codec)])
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
-    if out.shape[1] <= ids.shape[1]:
-        raise ConfigError(f"the export in {folder} generated nothing in transformers")
-    return codec.decode(out[0, ids.shape[1]:].tolist())
-
-
-def generate_with_vllm(folder: Path) -> str:
-    from pettingllms.core.types import GenerationRequest, SamplingParams
-    from pettingllms.rollout.vllm import VLLMEngine
-
-    adapter = (folder / "adapter_config.json").is_file()
-    base = _base_of(folder) if adapter else folder
-    options = {"max_model_len": 512, "llm_options": {"enforce_eager": True, "block_size": 32}}
-    if adapter:
-        rank = json.loads((folder / "adapter_config.json").read_text())["r"]
-        from pettingllms.runtime.engines import vllm_lora_rank
-
-        options.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(rank))
-    codec = _codec(base)
-    with VLLMEngine(base, dtype="float32", codec=codec, **options) as engine:
-        if adapter:
-            engine.add_adapter("exported", folder)
-        request = GenerationRequest("rehearse", tuple(_prompt(codec)), 1,
-                                    SamplingParams(temperature=0.0, max_tokens=4), "exported" if adapter else None)
-        (result,) = engine.generate([request])
-    completion = result.completions[0]
-    if completion.failed or not completion.token_ids:
-        raise ConfigError(f"the export in {folder} generated nothing in vLLM ({completion.finish_reason})")
-    return completion.text
 
 
 def rehearse_command(name: str, overrides: Sequence[str], directory: str | None) -> int:

@@ -61,7 +61,7 @@ def test_every_script_is_planned_and_placed_at_its_gpus(script, eight_gpus, caps
                                           ("math/math_L3_model.sh", 1)])
 def test_the_steps_swap_in_tiny_replicas_and_cap_lengths(script, ranks, tmp_path):
     from pettingllms.assembly.plan import plan
-    from pettingllms.entry.rehearse import RESPONSE_TOKENS, step_overrides
+    from pettingllms.assembly.rehearsal import RESPONSE_TOKENS, step_overrides
     from pettingllms.entry.train import load_config
 
     cfg = rehearsal_config(script)
@@ -76,7 +76,7 @@ def test_the_steps_swap_in_tiny_replicas_and_cap_lengths(script, ranks, tmp_path
 
 
 def test_a_model_without_recorded_facts_is_refused_naming_the_recorded_ones():
-    from pettingllms.entry.rehearse import replica_of
+    from pettingllms.assembly.rehearsal import replica_of
 
     assert replica_of("Qwen/Qwen3-8B") == "tiny-replica-qwen3-8b"
     assert replica_of("tiny-random-smollm2") == "tiny-random-smollm2"  # already a local built-in

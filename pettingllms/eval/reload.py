@@ -1,0 +1,72 @@
+"""Loading an exported model folder back and generating from it: transformers, and vLLM where it is installed.
+
+What ``pettingllms export`` writes must load on its own; the rehearsal (``pettingllms train --rehearse``) checks it
+with these.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pettingllms.core import ConfigError
+
+
+def _codec(directory: Path | str):
+    """The chat codec of an exported model (or its base), in non-thinking mode where the template has the switch."""
+    from pettingllms.models.codec import HFChatCodec
+    from pettingllms.models.load import load_tokenizer
+
+    thinking = "enable_thinking" in (load_tokenizer(directory).chat_template or "")
+    return HFChatCodec.from_pretrained(directory, {"enable_thinking": False} if thinking else None)
+
+
+def _prompt(codec) -> list[int]:
+    return codec.encode_chat([{"role": "user", "content": "What is 2 + 3?"}])
+
+
+def _base_of(folder: Path) -> str:
+    return json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+
+
+def generate_with_transformers(folder: Path) -> str:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if (folder / "adapter_config.json").is_file():
+        from peft import AutoPeftModelForCausalLM
+
+        model, codec = AutoPeftModelForCausalLM.from_pretrained(folder), _codec(_base_of(folder))
+    else:
+        model, codec = AutoModelForCausalLM.from_pretrained(folder), _codec(folder)
+    ids = torch.tensor([_prompt(codec)])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
+    if out.shape[1] <= ids.shape[1]:
+        raise ConfigError(f"the export in {folder} generated nothing in transformers")
+    return codec.decode(out[0, ids.shape[1]:].tolist())
+
+
+def generate_with_vllm(folder: Path) -> str:
+    from pettingllms.core.types import GenerationRequest, SamplingParams
+    from pettingllms.rollout.vllm import VLLMEngine
+
+    adapter = (folder / "adapter_config.json").is_file()
+    base = _base_of(folder) if adapter else folder
+    options = {"max_model_len": 512, "llm_options": {"enforce_eager": True, "block_size": 32}}
+    if adapter:
+        rank = json.loads((folder / "adapter_config.json").read_text())["r"]
+        from pettingllms.runtime.engines import vllm_lora_rank
+
+        options.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(rank))
+    codec = _codec(base)
+    with VLLMEngine(base, dtype="float32", codec=codec, **options) as engine:
+        if adapter:
+            engine.add_adapter("exported", folder)
+        request = GenerationRequest("rehearse", tuple(_prompt(codec)), 1,
+                                    SamplingParams(temperature=0.0, max_tokens=4), "exported" if adapter else None)
+        (result,) = engine.generate([request])
+    completion = result.completions[0]
+    if completion.failed or not completion.token_ids:
+        raise ConfigError(f"the export in {folder} generated nothing in vLLM ({completion.finish_reason})")
+    return completion.text
