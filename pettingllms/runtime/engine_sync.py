@@ -16,10 +16,12 @@ LoRA, base weights parked in host memory). After the update, on every rank, the 
 back what it kept reserved (the update's activations and logits) before any engine wakes: vLLM's engine core is
 another process and cannot take memory that PyTorch's cache holds here. The order in ``push``:
 1. ``release_accelerator_cache`` (every rank);
-2. the weights: a full model's are woken by ``sync_weights`` only when its first chunk is ready to load, which is
-   after the first all-gather, so after every rank of the group has released its cache (step 1 comes first on
-   every rank); LoRA adapters are small and go after ``wake_up(["weights"])``;
-3. ``wake_up(["kv_cache"])`` last, so the engine never holds both the cache and a stale copy of the weights.
+2. the weights: a full model's are woken by ``sync_weights`` only when its first chunk is ready to load (the
+   embedding and the first decoder layer gathered), so after every rank of the group has released its cache (step
+   1 comes before the first all-gather on every rank); LoRA adapters are small and go after
+   ``wake_up(["weights"])``;
+3. the allocator's cache is released again (the stream's gathered tensors) and ``wake_up(["kv_cache"])`` comes
+   last, so the engine never holds both the KV cache and a stale copy of the weights.
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ class EngineSync:
             self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
         self.memory.update(device_memory("after_weights"))
         if self._asleep:
+            # The stream refilled this process's cache with gathered full tensors: give them back before the KV
+            # cache (the largest allocation of the step) is taken by the engine's process.
+            release_accelerator_cache()
             self.engine.wake_up(["kv_cache"])
             self._asleep = False
             self.memory.update(device_memory("after_wake"))

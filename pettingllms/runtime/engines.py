@@ -44,8 +44,10 @@ def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int, aut
 
 def vllm_options(spec: WorkerSpec) -> dict[str, Any]:
     """The vLLM engine's keywords: colocated with the learner (sleep mode on GPU), the policy's dtype, LoRA slots
-    for every adapter (``max_lora_rank`` rounded up to a rank vLLM accepts), unseeded requests on GPUs, and the multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick
-    its Ray executor and try to reserve GPUs the actor already holds). ``engine_options`` win."""
+    for every adapter (``max_lora_rank`` rounded up to a rank vLLM accepts), unseeded requests on GPUs, and the
+    multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick its Ray executor and try to
+    reserve GPUs the actor already holds). ``engine_options`` win; their ``llm_options`` reach ``vllm.LLM`` at any
+    TP size."""
     share = spec.layout.gpus_per_rank if 0 < spec.layout.gpus_per_rank < 1 else 1.0
     options: dict[str, Any] = {"enable_sleep_mode": True, "dtype": spec.dtype,
                                "gpu_memory_utilization": round(VLLM_GPU_MEMORY_FRACTION * share, 4),
@@ -55,9 +57,10 @@ def vllm_options(spec: WorkerSpec) -> dict[str, Any]:
     if spec.lora is not None:
         options.update(enable_lora=True, max_loras=max(1, len(spec.adapters)),
                        max_lora_rank=vllm_lora_rank(spec.lora.rank, spec.policy))
+    llm_options = dict(spec.engine_options.get("llm_options") or {})
     if spec.layout.tensor_parallel > 1:
-        llm_options = dict(spec.engine_options.get("llm_options") or {})
         llm_options.setdefault("distributed_executor_backend", "mp")
+    if llm_options:
         options["llm_options"] = llm_options
     return {**options, **{k: v for k, v in spec.engine_options.items() if k != "llm_options"}}
 

@@ -97,8 +97,8 @@ class PolicyGroup:
                          resources.get("CPU", 0.0), resources.get("GPU", 0.0))
                 if not num_cpus:
                     # The plan split this process's CPUs; the ranks run on the cluster's (Slurm: --num-cpus per node).
-                    largest = max((float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes), default=0.0)
-                    specs = share_cpus(specs, float(resources.get("CPU", 0.0)) or local_cpus(), largest)
+                    specs = share_cpus(specs, float(resources.get("CPU", 0.0)) or local_cpus(),
+                                       [n.get("Resources", {}) for n in nodes])
                     self.specs = {s.policy: s for s in specs}
         try:
             self._placement_groups = reserve([s.layout for s in specs])

@@ -40,21 +40,31 @@ def local_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def share_cpus(specs: Sequence["WorkerSpec"], budget: float, node_cpus: float = 0.0) -> list["WorkerSpec"]:
-    """The specs with ``budget`` CPUs split evenly over every rank of every policy, where the config left it to us.
+def share_cpus(specs: Sequence["WorkerSpec"], budget: float,
+               nodes: Sequence[Mapping[str, float]] = ()) -> list["WorkerSpec"]:
+    """The specs with ``budget`` CPUs split over every rank of every policy, where the config left it to us.
 
     budget: ``resources.num_cpus``, else the Ray cluster's CPUs when the run joins one (Slurm: what ``ray start
-    --num-cpus`` gave each node, summed), else ``local_cpus()``. A rank's Ray CPUs are ``budget / ranks``
-    unless ``base_models.<p>.cpus_per_rank`` (or ``num_threads``) says otherwise; its torch threads are the
-    whole CPUs of that share (at least 1) unless ``num_threads`` says otherwise. node_cpus: the largest node's CPUs
-    (0: one node); a rank never gets more than its share of one node (a TP group's ranks share a node).
+    --num-cpus`` gave each node, summed), else ``local_cpus()``. nodes: the cluster's nodes' resources (``CPU``,
+    ``GPU``) when it is known. A rank's Ray CPUs are, unless ``base_models.<p>.cpus_per_rank`` (or
+    ``num_threads``) says otherwise:
+    - a GPU rank: its GPUs' share of the CPUs of the GPU nodes (the fewest CPUs per GPU among them), so every
+      node can host as many ranks as it has GPUs, whatever the number of nodes and of CPU-only nodes;
+    - a CPU rank: ``budget / ranks``, and never more than one node has (a TP group's ranks share a node).
+    Its torch threads are the whole CPUs of that share (at least 1) unless ``num_threads`` says otherwise.
     """
     total_ranks = sum(spec.layout.num_ranks for spec in specs) or 1
+    gpu_nodes = [n for n in nodes if float(n.get("GPU", 0.0)) > 0]
+    cpus_per_gpu = min((float(n.get("CPU", 0.0)) / float(n["GPU"]) for n in gpu_nodes), default=0.0)
+    largest = max((float(n.get("CPU", 0.0)) for n in nodes), default=0.0)
     shared = []
     for spec in specs:
-        share = budget / total_ranks
-        if node_cpus > 0:  # a TP group's ranks share one node
-            share = min(share, node_cpus / spec.layout.tensor_parallel)
+        if spec.layout.uses_gpus and cpus_per_gpu > 0:
+            share = cpus_per_gpu * spec.layout.gpus_per_rank
+        else:
+            share = budget / total_ranks
+            if largest > 0:
+                share = min(share, largest / spec.layout.tensor_parallel)
         threads = spec.requested_threads or max(1, int(share))
         cpus = spec.requested_cpus or float(spec.requested_threads or share)
         shared.append(dataclasses.replace(spec, num_threads=threads,

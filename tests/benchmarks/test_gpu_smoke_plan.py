@@ -98,3 +98,17 @@ def test_memory_phases_are_read_from_the_step_rows():
                                             "after_wake": 60.0}
     assert gpu_smoke.DEFAULT_MODEL == "replica:Qwen/Qwen3-1.7B"  # the scripts' model, at full size, no hub
     assert gpu_smoke.resolve_model_arg("/models/Qwen3-1.7B", Path("/nowhere")) == "/models/Qwen3-1.7B"
+
+
+def test_llm_options_reach_vllm_at_every_tp_size():
+    """engine_options.llm_options (enforce_eager, max_num_seqs, ...) used to be dropped when TP was 1."""
+    from script_support import script_specs
+
+    from pettingllms.runtime.engines import vllm_options
+
+    option = "+base_models.policy_0.engine_options={llm_options:{enforce_eager:true}}"
+    (tp1,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0"}, option)
+    assert vllm_options(tp1)["llm_options"] == {"enforce_eager": True}
+    (tp2,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0,1"}, option,
+                          "base_models.policy_0.tensor_parallel=2")
+    assert vllm_options(tp2)["llm_options"] == {"enforce_eager": True, "distributed_executor_backend": "mp"}

@@ -119,3 +119,33 @@ def test_the_attention_function_asks_for_the_restriction_with_its_device_and_mas
     attention.grouped_sdpa_attention(module, q, k, k, mask)
     attention.grouped_sdpa_attention(module, q, k, k, None)
     assert asked == [("cpu", True), ("cpu", False)]
+
+
+def test_a_masked_grouped_query_call_on_cuda_expands_heads_for_the_efficient_kernel(monkeypatch):
+    """SDPA's enable_gqa runs only on flash (no mask) or math on CUDA; with a mask the function expands K/V itself,
+    and the result equals grouped-query attention. (CUDA is simulated: the device check is patched.)"""
+    import torch
+    import torch.nn.functional as F
+
+    from pettingllms.models import attention
+
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def recording(q, k, v, **kwargs):
+        calls.append((k.shape[1], kwargs["enable_gqa"]))
+        return real(q, k, v, **kwargs)
+
+    class CudaTensor(torch.Tensor):
+        @property
+        def device(self):
+            return torch.device("cuda")
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    mask = torch.ones(1, 1, 5, 5, dtype=torch.bool).tril()
+    expected, _ = attention.grouped_sdpa_attention(torch.nn.Module(), q, k, v, mask)
+    got, _ = attention.grouped_sdpa_attention(torch.nn.Module(), q.as_subclass(CudaTensor), k, v, mask)
+    assert calls == [(2, True), (4, False)]
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), expected)

@@ -100,6 +100,7 @@ def test_full_model_sleeps_deep_releases_the_cache_then_syncs_then_wakes_the_cac
         ("release_cache",),  # before any wake: vLLM's process cannot take what PyTorch's cache holds
         ("check_weights", expected_names),  # names and shapes, before anything is gathered
         ("sync_weights", expected_names),
+        ("release_cache",),  # the stream's gathered tensors, before the KV cache takes its memory
         ("wake_up", ("kv_cache",)),
     ]
 
@@ -109,8 +110,8 @@ def test_lora_releases_the_cache_before_waking(peft_model, calls):
     sync = EngineSync(engine, peft_adapter_configs(peft_model, ("alice",)))
     sync.release_for_update()
     sync.push(full_weights(peft_model, trained_parameter_names(peft_model, ("alice",))))
-    assert [c[0] for c in calls] == ["sleep", "release_cache", "wake_up", "add_adapter", "wake_up"]
-    assert calls[2] == ("wake_up", ("weights",)) and calls[4] == ("wake_up", ("kv_cache",))
+    assert [c[0] for c in calls] == ["sleep", "release_cache", "wake_up", "add_adapter", "release_cache", "wake_up"]
+    assert calls[2] == ("wake_up", ("weights",)) and calls[5] == ("wake_up", ("kv_cache",))
 
 
 def test_a_rank_without_an_engine_releases_its_cache_and_joins_the_stream(calls):

@@ -155,11 +155,16 @@ def _spec(policy: str, ranks: int, threads: int = 0, cpus: float = 0.0, tp: int 
 def test_share_cpus_splits_the_budget_over_every_rank_and_keeps_what_the_config_set():
     from pettingllms.runtime.placement import share_cpus
 
-    # Slurm: 2 nodes x 32 CPUs given to Ray, 2 policies x 8 ranks; os.cpu_count() of the driver plays no part.
-    a, b = share_cpus([_spec("a", 8), _spec("b", 8)], budget=64.0, node_cpus=32.0)
+    # Slurm: 2 nodes x (32 CPUs, 8 GPUs) given to Ray, 2 policies x 8 ranks; the driver's os.cpu_count() plays no
+    # part.
+    node = {"CPU": 32.0, "GPU": 8.0}
+    a, b = share_cpus([_spec("a", 8), _spec("b", 8)], budget=64.0, nodes=[node, node])
     assert a.layout.cpus_per_rank == b.layout.cpus_per_rank == 4.0 and a.num_threads == b.num_threads == 4
     assert sum(s.layout.cpus for s in (a, b)) == 64.0
-    (alone,) = share_cpus([_spec("a", 1)], budget=4.0, node_cpus=2.0)  # a rank runs on one node
+    # 3 nodes for 16 ranks, and a CPU-only head: a node still fits as many ranks as it has GPUs.
+    (big,) = share_cpus([_spec("a", 16)], budget=32.0 * 3 + 64, nodes=[node, node, node, {"CPU": 64.0}])
+    assert big.layout.cpus_per_rank == 4.0
+    (alone,) = share_cpus([_spec("a", 1)], budget=4.0, nodes=[{"CPU": 2.0}, {"CPU": 2.0}])  # one node per rank
     assert alone.layout.cpus_per_rank == 2.0 and alone.num_threads == 2
     fixed, free = share_cpus([_spec("a", 1, threads=3), _spec("b", 1, cpus=1.5)], budget=8.0)
     assert (fixed.num_threads, fixed.layout.cpus_per_rank) == (3, 3.0)

@@ -359,3 +359,17 @@ def test_a_stream_missing_a_weight_is_refused_at_its_end():
     assert engine._weights_stale
     engine.sync_weights(_layered())  # a complete sync makes it usable again
     assert not engine._weights_stale
+
+
+def test_the_tied_head_warning_of_a_reload_is_dropped_and_nothing_else(fake_vllm_reload):
+    import logging
+    import types
+
+    worker = _RecordingWorker(fake_vllm_reload)
+    worker.model_runner.model_config = types.SimpleNamespace(hf_config=types.SimpleNamespace(tie_word_embeddings=True))
+    worker.begin_weight_reload()
+    layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    kept = [r for r in (logging.makeLogRecord({"msg": m, "levelno": logging.WARNING}) for m in (
+        "ParallelLMHead: Failed to load weights", "Qwen3DecoderLayer: Failed to load weights"))
+        if all(f.filter(r) for f in layerwise.filters)]
+    assert [r.getMessage() for r in kept] == ["Qwen3DecoderLayer: Failed to load weights"]

@@ -52,6 +52,9 @@ class VLLMWorkerWeightLoader:
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
+        hf_config = getattr(self.model_runner.model_config, "hf_config", None)
+        if getattr(hf_config, "tie_word_embeddings", False):
+            _quiet_tied_head_warning()
         with set_current_vllm_config(self.vllm_config):
             initialize_layerwise_reload(self.model_runner.get_model())
 
@@ -107,6 +110,20 @@ class VLLMWorkerWeightLoader:
                 refreshed += 1
         return refreshed
 
+class _TiedHeadFilter(logging.Filter):
+    """Drops vLLM's "ParallelLMHead: Failed to load weights" at the end of a reload of a tied model: the head is the
+    embedding (restored from its updated storage), and a sync never needs to send it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("ParallelLMHead: Failed to load weights")
+
+
+def _quiet_tied_head_warning() -> None:
+    layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _TiedHeadFilter) for f in layerwise.filters):
+        layerwise.addFilter(_TiedHeadFilter())
+
+
 def shared_memory_dir() -> Path:
     """Where weight files go: /dev/shm (RAM) when it exists, else the temp dir (with a warning: maybe a disk)."""
     shm = Path("/dev/shm")
@@ -140,8 +157,9 @@ def write_shared_weights(weights: Mapping[str, Any], dtype: Any = None) -> Path:
 
 
 _SAFETENSORS_DTYPES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
-    "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
+    "float8_e5m2": "F8_E5M2", "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint64": "U64",
+    "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
 }
 
 
@@ -158,7 +176,7 @@ def write_safetensors(path: Path, tensors: Mapping[str, Any]) -> None:
     for name, tensor in tensors.items():
         kind = _SAFETENSORS_DTYPES.get(str(tensor.dtype).removeprefix("torch."))
         if kind is None:
-            raise ConfigError(f"tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot hold")
+            raise ConfigError(f"tensor {name!r} has dtype {tensor.dtype}, which this writer does not know")
         size = tensor.numel() * tensor.element_size()
         header[name] = {"dtype": kind, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
         offset += size
