@@ -6,7 +6,8 @@ from pettingllms.assembly.plan import RunPlan
 
 
 def describe_plan(run_plan: RunPlan) -> str:
-    """Env, agents -> policy/adapter, and policies (model, dtype, LoRA, engine, ranks), one line each.
+    """Env, agents -> policy/adapter, and policies (model, dtype, LoRA, engine, ranks), one line each; with GPUs,
+    the GPU memory plan after them.
 
     env:      arith_duo (ArithDuoEnv), max_turns 2, stages per turn: [solver] -> [checker]
     rollout:  tree, K=4, select greedy
@@ -29,4 +30,6 @@ def describe_plan(run_plan: RunPlan) -> str:
     for worker in run_plan.worker_specs:
         policy = run_plan.policies[worker.policy]
         lines.append(f"policy:   {worker.describe()}; agents {', '.join(policy.agents)}")
+    if run_plan.memory is not None:  # policies on GPUs: the per-GPU memory plan (assembly/memory.py)
+        lines.append(run_plan.memory.describe())
     return "\n".join(lines)

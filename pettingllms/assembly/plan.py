@@ -8,7 +8,8 @@ from typing import Sequence
 from pettingllms.algo.grpo import AdvantageConfig
 from pettingllms.config.frozen import thaw
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
-from pettingllms.config.schema import Config
+from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory
+from pettingllms.config.schema import Config, EvalRunConfig
 from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
 from pettingllms.core.registry import get_env_class, import_modules
@@ -34,6 +35,7 @@ class RunPlan:
     executor_config: ExecutorConfig
     advantage_config: AdvantageConfig
     worker_specs: list[WorkerSpec]
+    memory: MemoryPlan | None = None  # the GPU memory plan (assembly/memory.py); None when no policy uses GPUs
 
 
 def build_env(cfg: Config) -> Env:
@@ -45,7 +47,10 @@ def build_env(cfg: Config) -> Env:
         raise ConfigError(f"env {cfg.env.name!r} rejected env.options {dict(cfg.env.options)}: {exc}") from exc
 
 
-def plan(cfg: Config) -> RunPlan:
+def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
+    """Env, agents, policies and worker specs. With GPUs, also the GPU memory plan: logged, and a run that cannot
+    fit its GPUs is refused here, before anything loads (``check_memory=False`` skips it; evaluation configs, which
+    train nothing, always do)."""
     env = build_env(cfg)
     policies, agents = plan_run(cfg, env.graph.agents)
     if cfg.env.agents is not None:
@@ -75,7 +80,8 @@ def plan(cfg: Config) -> RunPlan:
         unit="episode" if cfg.rollout.mode == "trajectory" else "sample",  # trajectory: an episode's return counts once
     )
     worker_specs = worker_specs_of(cfg, policies)
-    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs)
+    memory = check_gpu_memory(cfg, worker_specs) if check_memory and not isinstance(cfg, EvalRunConfig) else None
+    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory)
 
 
 SHARED_ADAPTER = "shared"

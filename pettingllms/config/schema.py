@@ -182,6 +182,8 @@ class ResourcesConfig(Freezable):
     gpus_per_policy: float = 0.0  # GPU_num: GPUs for every policy without its own base_models.<p>.num_gpus
     use_ray: bool = True  # false: run the policy workers in the driver process (debugging)
     ray_namespace: str = "pettingllms"
+    # GB (1e9 bytes) per GPU for the memory plan (docs/distributed.md); 0 = the visible device's, else unknown
+    gpu_memory_gb: float = 0.0
 
 
 @dataclass

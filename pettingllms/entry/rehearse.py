@@ -109,10 +109,7 @@ def place(cfg, report: Rehearsal) -> None:
     specs = run_plan.worker_specs
     gpus = sum(spec.layout.gpus for spec in specs)
     report.say(f"plan of {cfg.training.experiment_name} at its own settings:")
-    print(describe_plan(run_plan), flush=True)
-    memory = memory_plan_lines(cfg, specs)
-    if memory:
-        print("\n".join(memory), flush=True)
+    print(describe_plan(run_plan), flush=True)  # with GPUs, the per-GPU memory plan too (assembly/memory.py)
     if gpus <= 0:
         report.say("placement: the config uses no GPU (GPU_num=0); nothing to place on GPUs")
         return
@@ -157,16 +154,6 @@ def check_placements(specs, placements: dict[str, list[dict[str, Any]]]) -> None
             nodes = {by_rank[r]["node_id"] for r in spec.layout.tp_group(engine_rank)}
             if len(nodes) != 1:
                 raise ConfigError(f"{spec.policy}: the TP group of rank {engine_rank} spans nodes {sorted(nodes)}")
-
-
-def memory_plan_lines(cfg, specs) -> list[str]:
-    """The GPU memory plan's lines (``assembly/memory.py``), when the config uses GPUs."""
-    try:
-        from pettingllms.assembly import memory
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return []
-    describe = getattr(memory, "describe_memory_plan", None)
-    return list(describe(cfg, specs)) if callable(describe) else []
 
 
 # ----------------------------------------------------------------------------------------------------- phase 2

@@ -39,7 +39,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, mer
     from pettingllms.assembly.plan import plan
 
     step_dir, run_dir = resolve_checkpoint(str(checkpoint))
-    specs = plan(read_run_config(run_dir)).worker_specs
+    specs = plan(read_run_config(run_dir), check_memory=False).worker_specs  # exporting needs no GPU
     target = Path(out).expanduser() if out else step_dir / "hf"
     return [_export_policy(spec, ckpt.policy_dir(step_dir, spec.policy), target / spec.policy, merge_lora)
             for spec in specs]

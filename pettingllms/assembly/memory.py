@@ -1,0 +1,1037 @@
+"""The GPU memory plan: what one GPU holds for each policy during the update, the weight sync and the rollout, and
+whether that fits the GPU. ``--dry-run`` prints it, every GPU run logs it before anything loads, and a plan that
+cannot fit is refused with the arithmetic and the fixes, most effective first (docs/distributed.md, "GPU memory plan").
+
+Everything here is arithmetic over the model's config.json and the run's settings; nothing loads a model, touches a
+GPU or reaches the network. Sizes are bytes unless a name says otherwise; the printout is in GB (1e9 bytes).
+The terms follow what the code does:
+
+- learner (``learner/learner.py``, ``learner/sharding.py``, ``runtime/worker.py``): the weights are loaded in the
+  master dtype (float32 unless ``master_weights=bfloat16``), the LoRA base included; FSDP2 shards them, their
+  gradients and the AdamW state (two tensors per trained parameter, same dtype) over the policy's ranks; with
+  ``dtype=bfloat16`` FSDP's MixedPrecisionPolicy all-gathers bf16 copies layer by layer, and a one-rank group
+  without FSDP autocasts instead, which keeps a bf16 cast of every linear weight for the backward;
+- activations: the tensors autograd saves for the backward at ``optim.micro_batch_max_tokens`` tokens, counted
+  op by op for a Llama/Qwen decoder layer (``layer_activation_bytes``), plus the learner's 4-D attention mask,
+  which the SDPA kernel converts to an additive mask in the compute dtype and saves once per layer;
+- logits: fp32 logits of up to that many tokens; the backward of ``logsumexp`` (``learner/batching.py``) holds the
+  logits, the gradient from the picked tokens and three logits-sized temporaries at once: 5 copies;
+- vLLM (``runtime/engines.py::vllm_options``): a fixed budget of ``gpu_memory_utilization`` x the GPU for its
+  weights (``params x dtype / tensor_parallel``) and KV cache; asleep during the update
+  (``runtime/engine_sync.py``: level 2 for a full model, level 1 under LoRA: both leave neither on the GPU);
+- between the update and the engine's wake-up every rank gives its caching allocator's free blocks back
+  (``runtime/engine_sync.py::release_accelerator_cache``, ``LEARNER_CACHE_RELEASED``): the rollout phase holds the
+  learner's resident state (weights, AdamW state; gradients are freed) next to the whole vLLM budget;
+- the weight sync gathers one full tensor at a time on the GPU (in the compute dtype for a full model) and moves
+  it to host memory; its chunks (engine option ``sync_chunk_mb``) live in host shared memory, not on the GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from pettingllms.core.errors import ConfigError
+
+log = logging.getLogger("pettingllms.assembly")
+
+GB = 1e9  # the printout's unit
+GIB = 2**30
+MIB = 2**20
+FP32 = 4
+BYTES = {"float32": 4, "bfloat16": 2}
+
+# Memory a process holds outside PyTorch's allocator and outside vLLM's budget: the CUDA context and loaded
+# kernels, cuBLAS workspaces, NCCL buffers (learner); the CUDA context and CUDA-graph pool (vLLM). Assumed, typical
+# of an H100 with CUDA 12; not measured in this project.
+LEARNER_PROCESS_BYTES = 1 * GIB
+ENGINE_PROCESS_BYTES = 1 * GIB
+# True when the worker empties the learner's CUDA cache after the update, before any engine wakes up
+# (runtime/engine_sync.py::release_accelerator_cache; tests/assembly/test_memory.py keeps this true to the code).
+# Were it False, the learner's update peak would stay reserved next to the awake engine.
+LEARNER_CACHE_RELEASED = True
+# FSDP2 keeps at most this many decoder layers all-gathered at once: the one computing and the one prefetched.
+GATHERED_LAYERS = 2
+# logsumexp's backward: the saved logits, the gradient from the picked tokens, and (self - result), its exp and
+# grad x exp, all alive at once. The entropy term with a gradient (entropy_coeff > 0) keeps its softmax too and
+# runs its own logsumexp backward: see ``logits_copies``.
+LOGITS_COPIES = 5
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size")
+KNOWN_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+# ----------------------------------------------------------------------------------------------------- the model
+@dataclass(frozen=True)
+class ModelShape:
+    """The dimensions of a dense decoder-only model, from its Hugging Face config.json."""
+
+    model_type: str
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    qk_norm: bool = False  # Qwen3: an RMSNorm over head_dim on queries and keys
+    qkv_bias: bool = False  # biases on q, k, v (Qwen2 always; others with attention_bias)
+    o_bias: bool = False  # a bias on o too (attention_bias, except Qwen2)
+    mlp_bias: bool = False
+    max_positions: int = 0
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "ModelShape":
+        """Read a config.json dict. Raises ConfigError for what this arithmetic does not cover (mixture of
+        experts, missing keys)."""
+        text = config.get("text_config")
+        if isinstance(text, Mapping) and "hidden_size" not in config:
+            config = {**text, "tie_word_embeddings": config.get("tie_word_embeddings", text.get("tie_word_embeddings"))}
+        moe = [key for key in MOE_KEYS if config.get(key)]
+        if moe:
+            raise ConfigError(f"a mixture-of-experts model ({', '.join(moe)}): the memory plan covers dense models")
+        try:
+            hidden = int(config["hidden_size"])
+            heads = int(config["num_attention_heads"])
+            model_type = str(config.get("model_type", ""))
+            bias = bool(config.get("attention_bias", False))
+            return cls(
+                model_type=model_type,
+                hidden=hidden,
+                intermediate=int(config["intermediate_size"]),
+                layers=int(config["num_hidden_layers"]),
+                heads=heads,
+                kv_heads=int(config.get("num_key_value_heads") or heads),
+                head_dim=int(config.get("head_dim") or hidden // heads),
+                vocab=int(config["vocab_size"]),
+                # transformers' Llama, Mistral and Qwen config classes default to untied embeddings
+                tied=bool(config.get("tie_word_embeddings", False)),
+                qk_norm=model_type.startswith("qwen3"),
+                qkv_bias=model_type == "qwen2" or bias,  # Qwen2: always on q, k, v; others: attention_bias
+                o_bias=bias and model_type != "qwen2",
+                mlp_bias=bool(config.get("mlp_bias", False)),
+                max_positions=int(config.get("max_position_embeddings") or 0),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"config.json lacks what the memory plan needs ({type(exc).__name__}: {exc})") from exc
+
+
+def layer_parameters(shape: ModelShape) -> int:
+    """Parameters of one decoder layer: q/k/v/o (grouped-query: k and v are kv_heads x head_dim wide), Qwen3's q/k
+    norms, the gated MLP (gate, up, down) and the two RMSNorms."""
+    h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate
+    attention = h * q + 2 * h * kv + q * h
+    if shape.qkv_bias:
+        attention += q + 2 * kv
+    if shape.o_bias:
+        attention += h
+    if shape.qk_norm:
+        attention += 2 * shape.head_dim
+    mlp = 3 * h * i + ((2 * i + h) if shape.mlp_bias else 0)
+    return attention + mlp + 2 * h
+
+
+def root_parameters(shape: ModelShape) -> int:
+    """Parameters outside the decoder layers: the embedding, the final norm, and the output head unless tied."""
+    embedding = shape.vocab * shape.hidden
+    return embedding + shape.hidden + (0 if shape.tied else embedding)
+
+
+def parameter_count(shape: ModelShape) -> int:
+    """All parameters (a tied head counted once), as ``sum(p.numel() for p in model.parameters())``."""
+    return shape.layers * layer_parameters(shape) + root_parameters(shape)
+
+
+def linear_parameters(shape: ModelShape) -> int:
+    """Weights that go through a matmul (every linear layer and the output head): what autocast casts."""
+    h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i
+    return shape.layers * per_layer + shape.vocab * shape.hidden
+
+
+LORA_MODULE_DIMS: dict[str, Callable[[ModelShape], tuple[int, int]]] = {
+    "q_proj": lambda s: (s.hidden, s.q_dim),
+    "k_proj": lambda s: (s.hidden, s.kv_dim),
+    "v_proj": lambda s: (s.hidden, s.kv_dim),
+    "o_proj": lambda s: (s.q_dim, s.hidden),
+    "gate_proj": lambda s: (s.hidden, s.intermediate),
+    "up_proj": lambda s: (s.hidden, s.intermediate),
+    "down_proj": lambda s: (s.intermediate, s.hidden),
+}
+
+
+def lora_parameters(shape: ModelShape, rank: int, targets: Sequence[str]) -> int:
+    """Parameters of one LoRA adapter: rank x (in + out) per targeted module per layer (unknown names add 0)."""
+    total = 0
+    for name in set(targets):
+        if name in LORA_MODULE_DIMS:
+            fan_in, fan_out = LORA_MODULE_DIMS[name](shape)
+            total += rank * (fan_in + fan_out)
+    return shape.layers * total
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int, tensor_parallel: int) -> int:
+    """KV cache per token on one GPU of a TP group: keys and values of every layer; kv heads split over TP (each GPU
+    keeps at least one)."""
+    heads = max(1, shape.kv_heads // tensor_parallel)
+    return 2 * shape.layers * heads * shape.head_dim * dtype_bytes
+
+
+# ----------------------------------------------------------------------------------------------------- learner
+@dataclass(frozen=True)
+class LearnerSetup:
+    """One policy's learner on one GPU, as the run configures it.
+
+    world_size: FSDP ranks (1 without FSDP). sharded: an FSDP2 group (also with one rank and ``fsdp.enabled``).
+    compute_bytes: 2 for bf16 compute, 4 for float32. weight_bytes: the master weights' (and AdamW state's) dtype,
+    4 unless ``master_weights=bfloat16``. trainable: the policy trains (else only its weights in compute dtype).
+    lora_rank, lora_targets, adapters, trained_adapters: LoRA (rank 0: full fine-tuning).
+    tokens: tokens per forward pass; logit_tokens: positions whose logits are computed; mask_elements: entries of
+    the packed rows' L x L masks (rows x L^2). gradient_checkpointing, cpu_offload, reshard_after_forward: as set.
+    reference_copy: a frozen reference model (KL > 0 on a full model). entropy_grad: entropy_coeff > 0.
+    foreach_optimizer: AdamW's foreach path (CUDA), which allocates one temporary the size of the trained shard.
+    expand_kv: grouped-query K and V are expanded to every query head before SDPA, as ``models/attention.py`` does
+    on CUDA with a mask (for the memory-efficient kernel); on CPU SDPA takes them grouped.
+    """
+
+    world_size: int = 1
+    sharded: bool = False
+    compute_bytes: int = 2
+    weight_bytes: int = 4
+    trainable: bool = True
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ()
+    adapters: int = 0
+    trained_adapters: int = 0
+    tokens: int = 8192
+    logit_tokens: int = 8192
+    mask_elements: int = 8192**2
+    gradient_checkpointing: bool = False
+    cpu_offload: bool = False
+    reshard_after_forward: bool = True
+    reference_copy: bool = False
+    entropy_grad: bool = False
+    foreach_optimizer: bool = True
+    expand_kv: bool = True
+
+    @property
+    def lora(self) -> bool:
+        return self.lora_rank > 0
+
+    @property
+    def stream_bytes(self) -> int:
+        """The residual stream's dtype: the embedding's output. Under FSDP mixed precision the gathered weights are
+        bf16, so it is bf16; without FSDP autocast leaves the embedding in the weights' dtype."""
+        if self.compute_bytes == 4:
+            return 4
+        return 2 if (self.sharded or self.weight_bytes == 2) else 4
+
+    def with_tokens(self, tokens: int) -> "LearnerSetup":
+        """The worst case at ``tokens`` per forward: one packed row of that many tokens, every one a logit."""
+        return dataclasses.replace(self, tokens=tokens, logit_tokens=tokens, mask_elements=tokens * tokens)
+
+
+@dataclass(frozen=True)
+class Term:
+    label: str
+    bytes: float
+    note: str = ""
+
+
+def trained_parameters(shape: ModelShape, setup: LearnerSetup) -> int:
+    if not setup.trainable:
+        return 0
+    if setup.lora:
+        return setup.trained_adapters * lora_parameters(shape, setup.lora_rank, setup.lora_targets)
+    return parameter_count(shape)
+
+
+def weight_parameters(shape: ModelShape, setup: LearnerSetup) -> int:
+    """Every parameter the learner's module holds: the base model and every attached adapter."""
+    return parameter_count(shape) + setup.adapters * lora_parameters(shape, setup.lora_rank, setup.lora_targets)
+
+
+def layer_activation_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    """Bytes autograd saves per token in one decoder layer (Llama/Qwen, SDPA attention, no dropout), op by op.
+
+    c = compute bytes, s = residual stream bytes, f = 4. RMSNorm (x.float(), x * rsqrt(mean(x^2)), weight * x):
+    f x width for its fp32 input, f per row for the rsqrt, plus the normalised x (for the weight's gradient) when
+    the norm weights train. A linear layer saves its input only when its weight trains (or a LoRA adapter's A reads
+    it); layers reading the same input share it when no cast is needed (s == c), else each keeps its own cast.
+    Attention saves q and k after RoPE, v, the output (o_proj's input) and a float per head (logsumexp); k and v
+    at the query heads' width when they are expanded (``expand_kv``).
+    The MLP saves gate (SiLU's input), SiLU's output and up (the product's inputs), and the product when down_proj
+    saves its input. LoRA adds each targeted module's A output (B's input), r wide.
+    """
+    c, s, f = setup.compute_bytes, setup.stream_bytes, FP32
+    h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate
+    full = setup.trainable and not setup.lora
+    targets = set(setup.lora_targets) if setup.lora else set()
+
+    def saves(module: str) -> bool:
+        return full or module in targets
+
+    def inputs(width: int, modules: Sequence[str]) -> float:
+        savers = [m for m in modules if saves(m)]
+        if not savers:
+            return 0.0
+        return c * width * (1 if s == c else len(savers))
+
+    def norm(width: int, rows: int, dtype_bytes: int) -> float:
+        return f * width + f * rows + (dtype_bytes * width if full else 0)
+
+    total = 2 * norm(h, 1, s)
+    total += inputs(h, ("q_proj", "k_proj", "v_proj")) + inputs(h, ("gate_proj", "up_proj"))
+    if shape.qk_norm:
+        total += norm(q, shape.heads, c) + norm(kv, shape.kv_heads, c)
+    kv_saved = q if setup.expand_kv else kv
+    total += c * (q + kv_saved) + c * kv_saved + c * q + f * shape.heads  # q, k after RoPE; v; output; logsumexp
+    total += 3 * c * i + (c * i if saves("down_proj") else 0)
+    if setup.lora:
+        total += c * setup.lora_rank * len(targets & set(LORA_MODULE_DIMS))
+    return total
+
+
+def head_activation_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    """Bytes per token saved after the last layer: the final RMSNorm, the output head's input (when the head trains)
+    and the input ids and positions (int64)."""
+    c, s, f, h = setup.compute_bytes, setup.stream_bytes, FP32, shape.hidden
+    full = setup.trainable and not setup.lora
+    total = f * h + f + (s * h if full else 0) + 2 * 8
+    if full:
+        total += s * h if s == c else c * h * setup.logit_tokens / max(1, setup.tokens)
+    return total
+
+
+def checkpoint_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    """Gradient checkpointing keeps each decoder layer's input (the residual stream) for the recompute."""
+    return shape.layers * setup.stream_bytes * shape.hidden * setup.tokens
+
+
+def mlp_gradient_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    """Gradient temporaries of a layer's backward beyond what it saved. At the gated product's backward the
+    gradients of the product, of SiLU's output and of up (intermediate-sized, compute dtype) exist next to the saved
+    gate, SiLU output and up; when down_proj trains, its saved copy of the product was released just before."""
+    full = setup.trainable and not setup.lora
+    down_saved = full or (setup.lora and "down_proj" in setup.lora_targets)
+    return (2 if down_saved else 3) * setup.compute_bytes * shape.intermediate * setup.tokens
+
+
+def mask_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    """The learner's bool rows x L x L mask, plus the additive copy in the compute dtype that SDPA makes from it and
+    saves in every layer (one layer at a time under gradient checkpointing)."""
+    layers = 1 if setup.gradient_checkpointing else shape.layers
+    return setup.mask_elements * (1 + setup.compute_bytes * layers)
+
+
+def logits_copies(setup: LearnerSetup) -> int:
+    """fp32 logits-sized tensors alive at the logits' peak: 5 (``LOGITS_COPIES``); an entropy bonus with a gradient
+    also keeps its softmax and adds the gradient of its own logsumexp and softmax path: 7."""
+    return LOGITS_COPIES + (2 if setup.entropy_grad else 0)
+
+
+def logits_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    return logits_copies(setup) * setup.logit_tokens * shape.vocab * FP32
+
+
+def compute_copy_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
+    """The weights in the compute dtype while a forward and backward run, beyond the master weights.
+
+    FSDP2 with bf16 over float32 (MixedPrecisionPolicy) all-gathers ``GATHERED_LAYERS`` decoder layers at a time,
+    and the root module (embedding, final norm, untied head) stays gathered from its forward to its backward (FSDP2
+    does not reshard the root after forward); with ``reshard_after_forward=false`` every layer stays gathered.
+    FSDP2 with the weights already in the compute dtype gathers the same, in that dtype. Without FSDP, bf16
+    autocast over float32 weights keeps a bf16 cast of every matmul weight for the backward (with gradient
+    checkpointing only the recomputed layer's and the head's); nothing otherwise.
+    """
+    weight_dtype = setup.weight_bytes if setup.trainable else setup.compute_bytes
+    adapter_params = setup.adapters * lora_parameters(shape, setup.lora_rank, setup.lora_targets) / shape.layers
+    if setup.sharded:
+        layers = shape.layers if not setup.reshard_after_forward else min(GATHERED_LAYERS, shape.layers)
+        return setup.compute_bytes * (layers * (layer_parameters(shape) + adapter_params) + root_parameters(shape))
+    if setup.compute_bytes < weight_dtype:
+        if setup.gradient_checkpointing:
+            head = shape.vocab * shape.hidden
+            return setup.compute_bytes * ((linear_parameters(shape) - head) / shape.layers + head)
+        return setup.compute_bytes * linear_parameters(shape)
+    return 0.0
+
+
+@dataclass(frozen=True)
+class LearnerMemory:
+    """A learner's bytes on one GPU: ``terms`` for the printout, ``resident`` (between updates), ``peak`` (during
+    one), ``moments`` (what the peak is the largest of) and ``largest_tensor`` (the biggest full tensor the weight
+    sync gathers)."""
+
+    terms: tuple[Term, ...]
+    resident: float
+    peak: float
+    largest_tensor: float
+    moments: tuple[Term, ...] = ()
+
+
+def update_moments(shape: ModelShape, setup: LearnerSetup) -> tuple[Term, ...]:
+    """What a micro-batch adds on top of the weights, gradients and AdamW state at the three moments that can be
+    the update's peak.
+
+    logits backward: the compute copy, every saved activation (or, with gradient checkpointing, every layer's
+    input), the head's, the masks and ``logits_copies`` fp32 logits; first layer backward: the logits are gone,
+    the layer's gradient temporaries come (with checkpointing: that layer recomputed, with its additive mask);
+    optimizer step: AdamW's foreach path allocates one temporary the size of the trained shard (on GPU).
+    """
+    copy = compute_copy_bytes(shape, setup)
+    layer = layer_activation_bytes(shape, setup) * setup.tokens
+    head = head_activation_bytes(shape, setup) * setup.tokens
+    masks = mask_bytes(shape, setup)
+    logits = logits_bytes(shape, setup)
+    temps = mlp_gradient_bytes(shape, setup)
+    if setup.gradient_checkpointing:
+        kept = checkpoint_bytes(shape, setup) + setup.mask_elements  # layer inputs and the bool mask
+        logits_moment = copy + kept + head + logits
+        layer_moment = copy + kept + layer + masks - setup.mask_elements + temps
+    else:
+        logits_moment = copy + shape.layers * layer + head + masks + logits
+        layer_moment = copy + shape.layers * layer + masks + temps
+    gpu = 0.0 if setup.cpu_offload else 1.0
+    step = gpu * trained_parameters(shape, setup) * setup.weight_bytes / setup.world_size \
+        if setup.foreach_optimizer else 0.0
+    return (Term("logits backward", logits_moment), Term("layer backward", layer_moment),
+            Term("optimizer step", step))
+
+
+def learner_memory(shape: ModelShape, setup: LearnerSetup) -> LearnerMemory:
+    """The learner's terms. Gradients are freed between updates (``zero_grad(set_to_none=True)``); during one they
+    exist from the first backward on, so the peak counts them with the activations of a later micro-batch."""
+    w = setup.world_size
+    gpu = 0.0 if setup.cpu_offload else 1.0  # fsdp.cpu_offload: shards, gradients and AdamW state in host memory
+    weight_dtype = setup.weight_bytes if setup.trainable else setup.compute_bytes
+    params, trained = weight_parameters(shape, setup), trained_parameters(shape, setup)
+    name = {4: "fp32", 2: "bf16"}
+    shard = f" / {w} ranks" if w > 1 else ""
+    where = " (in host memory: fsdp.cpu_offload)" if setup.cpu_offload else ""
+    note = f"{params / 1e9:.3g} B params x {weight_dtype} B{shard}{where}"
+    if setup.lora and setup.trainable:
+        note += f"; the LoRA base included, {trained / 1e6:.3g} M adapter params train"
+    terms = [Term(f"{name[weight_dtype]} weights" + (" (master)" if setup.trainable else ""),
+                  gpu * params * weight_dtype / w, note)]
+    grads = adam = reference = 0.0
+    if setup.trainable:
+        grads = gpu * trained * weight_dtype / w
+        adam = gpu * 2 * trained * weight_dtype / w
+        terms.append(Term("gradients", grads, f"{trained / 1e9:.3g} B trained params x {weight_dtype} B{shard}; "
+                                              "freed after the update (zero_grad(set_to_none=True))"))
+        terms.append(Term("AdamW state", adam, f"2 x {weight_dtype} B per trained param{shard}"))
+        if setup.reference_copy:
+            reference = gpu * parameter_count(shape) * weight_dtype / w
+            terms.append(Term("KL reference model", reference,
+                              f"a frozen copy{shard} (algorithm.kl.init_kl_coeff > 0)"))
+    base = terms[0].bytes + reference
+    if not setup.trainable:
+        return LearnerMemory(tuple(terms), base, base, 0.0)
+    copy = compute_copy_bytes(shape, setup)
+    if setup.sharded:
+        held = "every layer" if not setup.reshard_after_forward else f"{min(GATHERED_LAYERS, shape.layers)} layers"
+        copy_note = f"FSDP all-gathers {held} (computing + prefetched) + the embedding/head, in " \
+            f"{name[setup.compute_bytes]}"
+    elif copy:
+        copy_note = "bf16 casts of the matmul weights autocast keeps for the backward (no FSDP)"
+    else:
+        copy_note = "none: the weights already are in the compute dtype"
+    layer = layer_activation_bytes(shape, setup)
+    if setup.gradient_checkpointing:
+        acts, acts_note = checkpoint_bytes(shape, setup), f"{setup.tokens} tokens x {shape.layers} layer inputs x " \
+            f"{setup.stream_bytes * shape.hidden:,} B (gradient checkpointing; + 1 layer of {layer:,.0f} B/token " \
+            "when recomputed)"
+    else:
+        acts, acts_note = shape.layers * layer * setup.tokens, f"{setup.tokens} tokens x {shape.layers} layers x " \
+            f"{layer:,.0f} B (no gradient checkpointing)"
+    acts += head_activation_bytes(shape, setup) * setup.tokens
+    terms += [
+        Term(f"{name[setup.compute_bytes]} compute copy", copy, copy_note),
+        Term("activations", acts, acts_note + " + the final norm and head"),
+        Term("attention masks", mask_bytes(shape, setup),
+             f"{setup.mask_elements:,} mask entries x (1 B bool + {setup.compute_bytes} B additive copy in "
+             f"{1 if setup.gradient_checkpointing else shape.layers} layer(s))"),
+        Term("logits", logits_bytes(shape, setup), f"{logits_copies(setup)} x {setup.logit_tokens} tokens x "
+                                                   f"{shape.vocab:,} vocab x 4 B (fp32; logsumexp backward)"),
+    ]
+    moments = update_moments(shape, setup)
+    peak = base + grads + adam + max(m.bytes for m in moments)
+    # The weight sync's largest full tensor: the embedding (or head) in the compute dtype for a full model; an
+    # adapter's widest LoRA matrix, in the master dtype, under LoRA.
+    largest = shape.vocab * shape.hidden * setup.compute_bytes if not setup.lora else \
+        max(shape.hidden, shape.intermediate) * setup.lora_rank * weight_dtype
+    return LearnerMemory(tuple(terms), base + adam, peak, float(largest), moments)
+
+
+# ----------------------------------------------------------------------------------------------------- per GPU
+@dataclass(frozen=True)
+class PolicyInput:
+    """One policy as the plan sees it: its model, its learner on one of its GPUs, and its vLLM engine."""
+
+    name: str
+    model: str
+    source: str  # where the model's config came from
+    shape: ModelShape
+    learner: LearnerSetup
+    gpus: float  # the policy's GPUs (a share below 1)
+    tensor_parallel: int = 1
+    utilization: float = 0.5  # vLLM gpu_memory_utilization
+    engine_bytes: int = 2
+    max_model_len: int = 0
+    longest_sample: int = 0  # max_prompt_length + max_response_length: a micro-batch never has fewer tokens
+    micro_batch_max_tokens: int = 8192
+    lora_note: str = ""
+
+
+@dataclass(frozen=True)
+class PolicyMemory:
+    """One policy's share of one GPU, phase by phase (bytes)."""
+
+    policy: PolicyInput
+    learner: LearnerMemory
+    budget: float  # vLLM's gpu_memory_utilization x the GPU
+    engine_weights: float
+    kv_per_token: int
+    sync_transient: float
+    update: float
+    sync: float
+    rollout: float
+
+
+def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
+    """The three phases of one policy on one of its GPUs.
+
+    update: the learner's peak; the engine sleeps (level 2 or 1: no weights, no KV cache on the GPU). sync: the
+    learner's resident state, vLLM's weights awake again, the tensor being gathered (on every rank: one full tensor
+    and its shard's cast) and the decoder layer vLLM is reloading. rollout: the learner's resident state and the
+    whole vLLM budget. Both processes add their overheads in every phase. A policy that does not train never
+    updates, and its engine never sleeps.
+    """
+    learner = learner_memory(policy.shape, policy.learner)
+    budget = policy.utilization * (gpu_bytes or 0.0)
+    weights = parameter_count(policy.shape) * policy.engine_bytes / policy.tensor_parallel
+    kv = kv_bytes_per_token(policy.shape, policy.engine_bytes, policy.tensor_parallel)
+    process = LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES
+    engine = max(budget, weights)  # with the GPU size unknown, at least the weights
+    if not policy.learner.trainable:
+        rollout = learner.resident + engine + process
+        return PolicyMemory(policy, learner, budget, weights, kv, 0.0, rollout, rollout, rollout)
+    kept = learner.resident if LEARNER_CACHE_RELEASED else learner.peak
+    world = policy.learner.world_size
+    transient = learner.largest_tensor * (1 + 1 / world) + \
+        layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel
+    update = learner.peak + process
+    sync = max(kept, learner.resident + transient) + weights + process
+    rollout = kept + engine + process
+    return PolicyMemory(policy, learner, budget, weights, kv, transient, update, sync, rollout)
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """What one GPU holds: the policies on it (one, or several sharing it) and the phases' totals."""
+
+    policies: tuple[PolicyMemory, ...]
+    gpu_bytes: float | None
+
+    @property
+    def update(self) -> float:
+        return sum(p.update for p in self.policies)
+
+    @property
+    def sync(self) -> float:
+        return sum(p.sync for p in self.policies)
+
+    @property
+    def rollout(self) -> float:
+        return sum(p.rollout for p in self.policies)
+
+    @property
+    def peak(self) -> float:
+        return max(self.update, self.sync, self.rollout)
+
+    @property
+    def peak_phase(self) -> str:
+        phases = {"update": self.update, "weight sync": self.sync, "rollout": self.rollout}
+        return max(phases, key=lambda name: phases[name])
+
+    def problems(self) -> list[str]:
+        """Why this GPU cannot run the plan; empty when it can, or when the GPU's size is unknown."""
+        if self.gpu_bytes is None:
+            return []
+        found = []
+        for p in self.policies:
+            room = p.budget - p.engine_weights
+            need = p.kv_per_token * p.policy.max_model_len
+            if room < need:
+                found.append(f"{p.policy.name}'s vLLM budget ({_gb(p.budget)} = {p.policy.utilization:g} x "
+                             f"{_gb(self.gpu_bytes)}) leaves {_gb(max(0.0, room))} after its weights "
+                             f"({_gb(p.engine_weights)}), less than the KV cache of one {p.policy.max_model_len}-token "
+                             f"sequence ({_gb(need)}): vLLM refuses to start")
+        if self.peak > self.gpu_bytes:
+            found.append(f"the {self.peak_phase} peaks at {_gb(self.peak)} > {_gb(self.gpu_bytes)}")
+        return found
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems()
+
+
+def gpu_plans(policies: Sequence[PolicyInput], gpu_bytes: float | None) -> list[GpuPlan]:
+    """One plan per kind of GPU: each whole-GPU policy's GPUs, and one GPU shared by the policies that have a share
+    of one (Ray packs those onto the same GPU; their updates run at the same time, in parallel)."""
+    whole = [p for p in policies if p.gpus >= 1]
+    shared = [p for p in policies if 0 < p.gpus < 1]
+    plans = [GpuPlan((policy_memory(p, gpu_bytes),), gpu_bytes) for p in whole]
+    if shared:
+        plans.append(GpuPlan(tuple(policy_memory(p, gpu_bytes) for p in shared), gpu_bytes))
+    return plans
+
+
+# ----------------------------------------------------------------------------------------------------- fixes
+@dataclass(frozen=True)
+class Fix:
+    overrides: str  # what to add to the command line
+    peak: float  # the worst GPU's peak with it
+    fits: bool
+
+
+def _evaluate(policies: Sequence[PolicyInput], gpu_bytes: float) -> tuple[float, bool]:
+    plans = gpu_plans(policies, gpu_bytes)
+    return max(plan.peak for plan in plans), all(plan.fits for plan in plans)
+
+
+def _tokens(policy: PolicyInput, budget: int) -> PolicyInput:
+    tokens = max(budget, policy.longest_sample)
+    return dataclasses.replace(policy, micro_batch_max_tokens=budget, learner=policy.learner.with_tokens(tokens))
+
+
+def _learner(policy: PolicyInput, **changes: Any) -> PolicyInput:
+    return dataclasses.replace(policy, learner=dataclasses.replace(policy.learner, **changes))
+
+
+def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
+    """Each change that lowers the worst GPU's peak, alone, with the value that fits where there is one; sorted by
+    the peak it leaves (the most effective first). When none fits alone, all of them together come last."""
+    found: list[Fix] = []
+    trained = [p for p in policies if p.learner.trainable]
+
+    def add(text: str, changed: Sequence[PolicyInput]) -> None:
+        peak, fits = _evaluate(changed, gpu_bytes)
+        found.append(Fix(text, peak, fits))
+
+    current = min((p.micro_batch_max_tokens for p in trained), default=0)
+    longest = max((p.longest_sample for p in trained), default=0)
+    if trained and current > longest:
+        # Below the longest sample (max_prompt_length + max_response_length) a forward still holds that sample.
+        fitting = _largest(longest, current - 1, lambda n: _evaluate([_tokens(p, n) for p in policies], gpu_bytes)[1])
+        if fitting is not None:
+            budget = max(longest, fitting // 256 * 256) if fitting >= 512 else fitting
+            add(f"optim.micro_batch_max_tokens={budget}", [_tokens(p, budget) for p in policies])
+        else:
+            add(f"optim.micro_batch_max_tokens={longest} (no lower: one sample of training.max_prompt_length + "
+                "max_response_length tokens is one forward)", [_tokens(p, longest) for p in policies])
+    if any(not p.learner.gradient_checkpointing for p in trained):
+        add("optim.gradient_checkpointing=true", [_learner(p, gradient_checkpointing=True) for p in policies])
+    whole = [p for p in trained if p.gpus >= 1]
+    if whole:
+        step = math.lcm(*(p.tensor_parallel for p in whole))
+        start = int(max(p.gpus for p in whole))
+        choices = [g for g in range(start + step, max(64, 8 * start) + 1, step)]
+        fitting = _smallest(choices, lambda g: _evaluate(_with_gpus(policies, g), gpu_bytes)[1])
+        gpus = fitting if fitting is not None else choices[-1]
+        add(f"GPU_num={gpus} (resources.gpus_per_policy={gpus}: more FSDP ranks, smaller shards)",
+            _with_gpus(policies, gpus))
+    elif any(0 < p.gpus < 1 for p in trained):
+        add("GPU_num=1 (a GPU of its own for every policy)", _with_gpus(policies, 1))
+    full = [p for p in trained if not p.learner.lora]
+    if full:
+        changed = [_lora(p) if p in full else p for p in policies]
+        names = ", ".join(p.name for p in full)
+        add(f"specialization=L2 (LoRA rank 16 on {names}, one adapter per agent; or base_models.<policy>.lora."
+            "rank=16 for one shared adapter)", changed)
+    for p in policies:
+        if p.gpus >= 1 and p.gpus % (2 * p.tensor_parallel) == 0 and _engine_short(p, gpu_bytes):
+            tp = p.tensor_parallel * 2
+            while p.gpus % (2 * tp) == 0 and _engine_short(dataclasses.replace(p, tensor_parallel=tp), gpu_bytes):
+                tp *= 2
+            add(f"base_models.{p.name}.tensor_parallel={tp} (vLLM's weights split over {tp} GPUs: room for its KV "
+                "cache)",
+                [dataclasses.replace(q, tensor_parallel=tp) if q is p else q for q in policies])
+    for p in trained:
+        if not p.learner.cpu_offload:
+            enable = "" if p.learner.sharded else f"base_models.{p.name}.fsdp.enabled=true "
+            changed = [_learner(q, cpu_offload=True, sharded=True) if q is p else q for q in policies]
+            add(f"{enable}base_models.{p.name}.fsdp.cpu_offload=true (weights, gradients, AdamW state in host "
+                "memory; slower)", changed)
+    for p in policies:
+        utilization = _utilization(policies, p, gpu_bytes)
+        if utilization is not None and utilization != p.utilization:
+            add(f"++base_models.{p.name}.engine_options.gpu_memory_utilization={utilization:g} (vLLM's budget: "
+                "less KV cache)",
+                [dataclasses.replace(q, utilization=utilization) if q is p else q for q in policies])
+    found.sort(key=lambda fix: (not fix.fits, fix.peak))
+    if found and not any(fix.fits for fix in found):
+        together = _all_together(policies, gpu_bytes)
+        peak, fits = _evaluate(together, gpu_bytes)
+        found.append(Fix("all of these together (LoRA, checkpointing, CPU offload, the smallest micro-batch)", peak,
+                         fits))
+    return found
+
+
+def _largest(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest n in [low, high] with fits(n) (fits is monotone: true up to some n), or None."""
+    if high < low or not fits(low):
+        return None
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _smallest(choices: Sequence[int], fits: Callable[[int], bool]) -> int | None:
+    for choice in choices:
+        if fits(choice):
+            return choice
+    return None
+
+
+def _with_gpus(policies: Sequence[PolicyInput], gpus: int) -> list[PolicyInput]:
+    """Whole-GPU (and shared-GPU) trained policies with ``gpus`` GPUs each: one FSDP rank per GPU."""
+    out = []
+    for p in policies:
+        if p.learner.trainable and p.gpus > 0:
+            share = p.utilization / min(1.0, p.gpus) if p.gpus < 1 else p.utilization
+            sharded = gpus > 1 or p.learner.sharded
+            out.append(dataclasses.replace(p, gpus=float(gpus), utilization=share,
+                                           learner=dataclasses.replace(p.learner, world_size=gpus, sharded=sharded)))
+        else:
+            out.append(p)
+    return out
+
+
+def _lora(policy: PolicyInput, rank: int = 16) -> PolicyInput:
+    from pettingllms.core.choices import DEFAULT_LORA_TARGET_MODULES
+
+    return _learner(policy, lora_rank=rank, lora_targets=tuple(DEFAULT_LORA_TARGET_MODULES), adapters=1,
+                    trained_adapters=1, reference_copy=False)
+
+
+def _engine_short(policy: PolicyInput, gpu_bytes: float) -> bool:
+    """vLLM's budget cannot hold its weights and one max_model_len sequence of KV cache."""
+    budget = policy.utilization * gpu_bytes
+    weights = parameter_count(policy.shape) * policy.engine_bytes / policy.tensor_parallel
+    kv = kv_bytes_per_token(policy.shape, policy.engine_bytes, policy.tensor_parallel) * policy.max_model_len
+    return budget - weights < kv
+
+
+def _utilization(policies: Sequence[PolicyInput], policy: PolicyInput, gpu_bytes: float) -> float | None:
+    """A gpu_memory_utilization (two decimals) for ``policy`` with which every GPU fits, or None."""
+    def with_value(value: float) -> list[PolicyInput]:
+        return [dataclasses.replace(q, utilization=value) if q is policy else q for q in policies]
+
+    candidates = [v / 100 for v in range(95, 0, -1)]
+    for value in candidates:  # the largest that fits: the most KV cache
+        if _evaluate(with_value(value), gpu_bytes)[1]:
+            return value
+    return None
+
+
+def _all_together(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[PolicyInput]:
+    out = []
+    for p in policies:
+        if p.learner.trainable:
+            p = _tokens(p, 1)
+            p = _learner(p, gradient_checkpointing=True, cpu_offload=True, sharded=True)
+            if not p.learner.lora:
+                p = _lora(p)
+        out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- printout
+def assumptions() -> list[str]:
+    """What the plan assumes, printed under it."""
+    released = (
+        "between the update and the engine's wake-up the learner empties its CUDA cache "
+        "(engine_sync.release_accelerator_cache): the rollout holds its resident state only"
+        if LEARNER_CACHE_RELEASED else
+        "the learner's update peak stays reserved by PyTorch's caching allocator while vLLM is awake"
+    )
+    return [
+        "per GPU, GB = 1e9 bytes; worst-case micro-batch: one packed row of the whole token budget, every position "
+        "a logit",
+        "activations counted op by op for Llama/Qwen layers; attention: the memory-efficient SDPA kernel with the "
+        "learner's mask and grouped K/V expanded to every query head (models/attention.py), no O(L^2) scores; "
+        "checked against CPU updates (benchmarks/memory_plan_check.py), not on a GPU yet",
+        f"FSDP2 keeps {GATHERED_LAYERS} layers gathered (computing + prefetched) and the root (embedding, head) "
+        "from its forward to its backward; its reduce-scatter buffers come after the logits' peak",
+        f"outside PyTorch's allocator and vLLM's budget: learner process {LEARNER_PROCESS_BYTES / GB:.2f} GB, vLLM "
+        f"process {ENGINE_PROCESS_BYTES / GB:.2f} GB (CUDA context, cuBLAS, NCCL, CUDA graphs; assumed, not "
+        "measured); allocator fragmentation is not modelled: keep some headroom",
+        "vLLM holds its whole budget when awake (weights, KV cache, its activations) and nothing while asleep "
+        "(level 2 full model, level 1 LoRA: weights and KV cache leave the GPU)",
+        released,
+        "weight sync: one full tensor gathered at a time on the GPU; its chunks (engine option sync_chunk_mb) go "
+        "through host shared memory",
+    ]
+
+
+def _gb(value: float) -> str:
+    return f"{value / GB:.2f} GB"
+
+
+def _line(label: str, value: float, note: str = "", indent: int = 4) -> str:
+    text = f"{' ' * indent}{label:<{30 - indent}}{value / GB:>8.2f} GB"
+    return f"{text}   {note}" if note else text
+
+
+def format_plan(plans: Sequence[GpuPlan], gpu_source: str, unplanned: Sequence[str] = ()) -> str:
+    """The per-GPU table: every term in GB with where it comes from, the phases, the peak and the headroom."""
+    gpu_bytes = plans[0].gpu_bytes if plans else None
+    size = f"{_gb(gpu_bytes)} per GPU ({gpu_source})" if gpu_bytes is not None else \
+        f"GPU size unknown ({gpu_source}): needs only, nothing checked"
+    lines = [f"GPU memory plan, per GPU: {size}"]
+    for plan in plans:
+        lines += _format_gpu(plan)
+    lines += [f"  {text}" for text in unplanned]
+    lines.append("  assumptions:")
+    lines += [f"    - {text}" for text in assumptions()]
+    return "\n".join(lines)
+
+
+def _format_gpu(plan: GpuPlan) -> list[str]:
+    lines = []
+    head = plan.policies[0].policy
+    if len(plan.policies) == 1:
+        gpus = f"each of its {head.gpus:g} GPUs" if head.gpus > 1 else "its GPU"
+        lines.append(f"  {head.name}: {head.model} ({head.source}); {gpus} holds:")
+    else:
+        lines.append(f"  one GPU shared by {', '.join(p.policy.name for p in plan.policies)}:")
+    for p in plan.policies:
+        lines += _format_policy(p, plan, shared=len(plan.policies) > 1)
+    if plan.gpu_bytes is None:
+        lines.append(_line("peak", plan.peak, f"({plan.peak_phase}); GPU size unknown: set resources.gpu_memory_gb "
+                                              "to check it", 2))
+    else:
+        verdict = "fits" if plan.fits else "does NOT fit"
+        lines.append(_line("peak", plan.peak, f"({plan.peak_phase}) of {_gb(plan.gpu_bytes)}: {verdict}, headroom "
+                                              f"{(plan.gpu_bytes - plan.peak) / GB:.2f} GB", 2))
+    return lines
+
+
+def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
+    inp, learner, setup = p.policy, p.learner, p.policy.learner
+    lines = []
+    if shared:
+        lines.append(f"   {inp.name}: {inp.model} ({inp.source}), {inp.gpus:g} of the GPU")
+    kind = "not trained" if not setup.trainable else "full fine-tune" if not setup.lora else \
+        f"LoRA r={setup.lora_rank}, {setup.adapters} adapter(s)"
+    compute = {2: "bf16", 4: "fp32"}[setup.compute_bytes]
+    shard = f"FSDP over {setup.world_size} ranks" if setup.sharded else "no FSDP"
+    tokens = f", {setup.tokens} tokens per forward" if setup.trainable else ""
+    lines.append(f"    learner ({kind}, {compute} compute, {shard}{tokens}):")
+    lines += [_line(t.label, t.bytes, t.note, 6) for t in learner.terms]
+    if setup.trainable:
+        moment = max(learner.moments, key=lambda m: m.bytes)
+        lines.append(_line("update peak", learner.peak, f"weights + gradients + AdamW + the {moment.label} moment "
+                                                        f"({moment.bytes / GB:.2f} GB)", 6))
+    capacity = (p.budget - p.engine_weights) / p.kv_per_token if p.budget > p.engine_weights else 0.0
+    lines.append(f"    vLLM (TP={inp.tensor_parallel}, gpu_memory_utilization {inp.utilization:g}, "
+                 f"max_model_len {inp.max_model_len}):")
+    budget = f"{inp.utilization:g} x the GPU" if plan.gpu_bytes is not None else "unknown GPU size: weights only"
+    lines.append(_line("budget (when awake)", max(p.budget, p.engine_weights), budget, 6))
+    lines.append(_line("weights", p.engine_weights, f"{parameter_count(inp.shape) / 1e9:.3g} B params x "
+                                                    f"{inp.engine_bytes} B / TP {inp.tensor_parallel}", 8))
+    lines.append(_line("KV cache + activations", max(0.0, p.budget - p.engine_weights),
+                       f"about {capacity:,.0f} tokens at {p.kv_per_token:,} B/token", 8))
+    lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
+                       "learner + vLLM processes, in every phase (assumed)", 4))
+    kept = "resident" if LEARNER_CACHE_RELEASED else "update peak, kept by the caching allocator"
+    if setup.trainable:
+        lines.append(_line("phase: update", p.update, "learner's update peak + overheads; vLLM asleep", 4))
+        lines.append(_line("phase: weight sync", p.sync, f"learner {kept} + vLLM weights + "
+                                                         f"{p.sync_transient / GB:.2f} GB in flight + overheads", 4))
+    lines.append(_line("phase: rollout", p.rollout, f"learner {kept} + vLLM budget + overheads", 4))
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------------- the run
+@dataclass(frozen=True)
+class MemoryPlan:
+    """A run's GPU memory plan: the per-GPU plans, the policies without one (and why), where the GPU size came
+    from, and the printout."""
+
+    plans: tuple[GpuPlan, ...]
+    policies: tuple[PolicyInput, ...]
+    gpu_bytes: float | None
+    gpu_source: str
+    unplanned: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return all(plan.fits for plan in self.plans)
+
+    def describe(self) -> str:
+        return format_plan(self.plans, self.gpu_source, self.unplanned)
+
+    def refusal(self) -> str:
+        """The ConfigError text: what does not fit, the arithmetic, and the fixes, most effective first."""
+        problems = [text for plan in self.plans for text in plan.problems()]
+        lines = [f"GPU memory: this run cannot fit its GPUs: {'; '.join(problems)}.", self.describe()]
+        found = fixes(self.policies, self.gpu_bytes or 0.0)
+        if found:
+            lines.append("fixes, most effective first (each alone, unless said; the peak each leaves):")
+            for fix in found:
+                lines.append(f"  {fix.overrides}: peak {_gb(fix.peak)}{'' if fix.fits else ', not enough'}")
+        return "\n".join(lines)
+
+
+def check_gpu_memory(cfg: Any, worker_specs: Sequence[Any]) -> MemoryPlan | None:
+    """Plan every GPU policy's memory; None when no policy uses GPUs. Logs the plan; raises ConfigError (with the
+    arithmetic and the fixes) when the GPU's size is known and the plan cannot fit it."""
+    gpu_specs = [spec for spec in worker_specs if spec.layout.uses_gpus]
+    if not gpu_specs:
+        return None
+    gpu_bytes, gpu_source = gpu_size(getattr(cfg.resources, "gpu_memory_gb", 0.0) or 0.0)
+    longest = int(cfg.training.max_prompt_length) + int(cfg.training.max_response_length)
+    inputs, unplanned = [], []
+    for spec in gpu_specs:
+        config, source = model_config(spec.model_path)
+        if config is None:
+            unplanned.append(f"{spec.policy}: no memory plan for {spec.model_path}: {source}")
+            continue
+        try:
+            shape = ModelShape.from_config(config)
+        except ConfigError as exc:
+            unplanned.append(f"{spec.policy}: no memory plan for {spec.model_path}: {exc}")
+            continue
+        if shape.model_type not in KNOWN_MODEL_TYPES:
+            source += f"; model_type {shape.model_type!r} counted as a Llama-like decoder (approximate)"
+        inputs.append(policy_input(spec, shape, source, longest))
+    memory = MemoryPlan(tuple(gpu_plans(inputs, gpu_bytes)), tuple(inputs), gpu_bytes, gpu_source,
+                        tuple(unplanned))
+    if not memory.fits:
+        raise ConfigError(memory.refusal())
+    log.info("%s", memory.describe())
+    return memory
+
+
+def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int) -> PolicyInput:
+    """A worker spec (``runtime/spec.py``) as the plan's input."""
+    from pettingllms.runtime.engines import vllm_options
+
+    layout, learner = spec.layout, spec.learner
+    lora = spec.lora
+    names = tuple(spec.lora_names)
+    trained_adapters = len([name for name in names if name not in set(spec.frozen)])
+    compute = BYTES[str(spec.dtype)]
+    weights = BYTES[str(spec.learner_weights_dtype)] if spec.trainable else compute
+    fsdp = spec.fsdp
+    setup = LearnerSetup(
+        world_size=layout.num_ranks if layout.sharded else 1,
+        sharded=bool(layout.sharded),
+        compute_bytes=compute,
+        weight_bytes=weights,
+        trainable=bool(spec.trainable),
+        lora_rank=lora.rank if lora is not None else 0,
+        lora_targets=tuple(lora.target_modules) if lora is not None else (),
+        adapters=len(names),
+        trained_adapters=trained_adapters,
+        gradient_checkpointing=bool(learner.gradient_checkpointing),
+        cpu_offload=bool(fsdp.cpu_offload) if fsdp is not None else False,
+        reshard_after_forward=bool(fsdp.reshard_after_forward) if fsdp is not None else True,
+        reference_copy=bool(spec.trainable and learner.kl.enabled and lora is None),
+        entropy_grad=learner.entropy_coeff > 0,
+        foreach_optimizer=not (fsdp is not None and fsdp.cpu_offload),
+    ).with_tokens(max(int(learner.micro_batch_max_tokens), longest_sample))
+    options = vllm_options(spec)
+    max_model_len = int(options.get("max_model_len") or shape.max_positions or longest_sample)
+    return PolicyInput(
+        name=spec.policy, model=str(spec.model_path), source=source, shape=shape, learner=setup,
+        gpus=float(layout.gpus), tensor_parallel=int(layout.tensor_parallel),
+        utilization=float(options["gpu_memory_utilization"]), engine_bytes=compute, max_model_len=max_model_len,
+        longest_sample=longest_sample, micro_batch_max_tokens=int(learner.micro_batch_max_tokens),
+    )
+
+
+def gpu_size(gpu_memory_gb: float) -> tuple[float | None, str]:
+    """(bytes, where that came from): ``resources.gpu_memory_gb`` when set, else the first visible CUDA device's
+    total memory, else unknown (None)."""
+    if gpu_memory_gb > 0:
+        return gpu_memory_gb * GB, f"resources.gpu_memory_gb={gpu_memory_gb:g}"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            return float(props.total_memory), f"{props.name}, detected"
+    except Exception as exc:  # noqa: BLE001 - a broken CUDA setup: the size is unknown, say why
+        return None, f"no GPU size: {type(exc).__name__}: {exc}; set resources.gpu_memory_gb"
+    return None, "no GPU visible here and resources.gpu_memory_gb=0"
+
+
+def model_config(path: str) -> tuple[dict | None, str]:
+    """(config.json as a dict, where it came from) for a model spec, offline: a built-in alias (built once, as the
+    run itself would), a local folder, the local Hugging Face cache, or the recorded facts of a known hub model
+    (``pettingllms.models.replicas``). Never downloads; (None, why) when none of them has it."""
+    from pettingllms.models.resolve import ALIASES, resolve_model
+
+    text = str(path).strip()
+    if text in ALIASES:
+        return _read_json(resolve_model(text) / "config.json"), f"alias {text}"
+    local = Path(text).expanduser()
+    if (local / "config.json").is_file():
+        return _read_json(local / "config.json"), "its config.json"
+    cached = _hub_cache_config(text)
+    if cached is not None:
+        return _read_json(cached), "config.json in the local Hugging Face cache"
+    try:
+        from pettingllms.models.replicas import recorded_config
+    except ImportError:
+        recorded_config = None
+    if recorded_config is not None:
+        recorded = recorded_config(text)
+        if recorded is not None:
+            return dict(recorded), "recorded hub config"
+    return None, "no local config.json, not in the Hugging Face cache, no recorded facts (nothing is downloaded)"
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def _hub_cache_config(repo_id: str) -> Path | None:
+    """config.json of ``repo_id`` in the Hugging Face hub cache, if a snapshot there has one (no network)."""
+    if repo_id.count("/") != 1:
+        return None
+    root = os.environ.get("HF_HUB_CACHE")
+    if not root:
+        home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                         os.path.expanduser("~/.cache"), "huggingface")
+        root = os.path.join(home, "hub")
+    repo = Path(root) / ("models--" + repo_id.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        candidate = repo / "snapshots" / ref.read_text().strip() / "config.json"
+        if candidate.is_file():
+            return candidate
+    snapshots = sorted((repo / "snapshots").glob("*/config.json")) if (repo / "snapshots").is_dir() else []
+    return snapshots[-1] if snapshots else None
