@@ -231,10 +231,17 @@ class PolicyGroup:
 
     @staticmethod
     def _rank0_results(refs: Mapping[str, list[Any]]) -> dict[str, Any]:
-        """Wait for every rank of every policy (collectives need them all); return each policy's rank-0 result."""
+        """Wait for every rank of every policy (collectives need them all); return each policy's rank-0 result.
+
+        The first rank that fails raises at once: the others may be blocked in a collective that can never complete
+        now (an all-gather of the weight stream), and would otherwise hold the run until nccl's timeout."""
         import ray
 
         flat = [ref for policy_refs in refs.values() for ref in policy_refs]
+        pending = list(flat)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)  # raises the failed rank's error now
         values = iter(ray.get(flat))
         results = {}
         for policy, policy_refs in refs.items():
