@@ -1,6 +1,6 @@
 """The agent-graph executor: runs many multi-turn episodes concurrently and records GRPO samples.
 
-Tree mode, for problem p with branching factor K (DESIGN.md, "The algorithm, exactly"):
+Tree mode, for problem p with branching factor K (docs/architecture.md, the executor):
 
     state = env.reset(p, seed)
     for turn t < max_turns:

@@ -10,7 +10,7 @@ import pytest
 from pettingllms.config.load import CONFIG_DIR
 from pettingllms.entry.train import load_config
 
-PAPER = {  # preset -> (env, agents, K, max_turns): the reference's launch-script values (REFERENCE_NOTES §9)
+PAPER = {  # preset -> (env, agents, K, max_turns): the public reference's launch-script values
     "paper_math": ("math", {"reasoner", "tool"}, 8, 4),
     "paper_code": ("code", {"coder", "tester"}, 8, 5),
     "paper_sokoban": ("sokoban", {"tool_agent", "plan_agent"}, 4, 4),

@@ -13,8 +13,8 @@
 - ``train_pool=N`` (an env option) trains on the first N training problems only, revisited every epoch, so the
   training reward on the same problems can be compared across epochs; 0 (the default) draws a fresh problem
   every time. Validation always uses the disjoint test seeds.
-A one-shot worked example in every prompt gives a 135M model a real GRPO signal (DESIGN.md: zero-shot boxed
-prompts give none).
+A one-shot worked example in every prompt gives a 135M model a real GRPO signal (measured on
+SmolLM2-135M: zero-shot boxed prompts give none).
 """
 
 from __future__ import annotations
