@@ -20,7 +20,8 @@ The terms follow what the code does:
   weights (``params x dtype / tensor_parallel``) and KV cache; asleep during the update
   (``runtime/engine_sync.py``: level 2 for a full model, level 1 under LoRA: both leave neither on the GPU);
 - between the update and the engine's wake-up every rank gives its caching allocator's free blocks back
-  (``runtime/engine_sync.py::release_accelerator_cache``, ``LEARNER_CACHE_RELEASED``): the rollout phase holds the
+  (``runtime/engine_sync.py::release_accelerator_cache``, its order tested in tests/runtime/test_engine_sync.py):
+  the rollout phase holds the
   learner's resident state (weights, AdamW state; gradients are freed) next to the whole vLLM budget;
 - the weight sync gathers one full tensor at a time on the GPU (in the compute dtype for a full model) and moves
   it to host memory; its chunks (engine option ``sync_chunk_mb``) live in host shared memory, not on the GPU.
@@ -30,16 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from pettingllms.core.errors import ConfigError
 
-log = logging.getLogger("pettingllms.assembly")
 
 GB = 1e9  # the printout's unit
 GIB = 2**30
@@ -52,10 +50,6 @@ BYTES = {"float32": 4, "bfloat16": 2}
 # of an H100 with CUDA 12; not measured in this project.
 LEARNER_PROCESS_BYTES = 1 * GIB
 ENGINE_PROCESS_BYTES = 1 * GIB
-# True when the worker empties the learner's CUDA cache after the update, before any engine wakes up
-# (runtime/engine_sync.py::release_accelerator_cache; tests/assembly/test_memory.py keeps this true to the code).
-# Were it False, the learner's update peak would stay reserved next to the awake engine.
-LEARNER_CACHE_RELEASED = True
 # FSDP2 keeps at most this many decoder layers all-gathered at once: the one computing and the one prefetched.
 GATHERED_LAYERS = 2
 # logsumexp's backward: the saved logits, the gradient from the picked tokens, and (self - result), its exp and
@@ -531,7 +525,7 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     if not policy.learner.trainable:
         rollout = learner.resident + engine + process
         return PolicyMemory(policy, learner, budget, weights, kv, 0.0, rollout, rollout, rollout)
-    kept = learner.resident if LEARNER_CACHE_RELEASED else learner.peak
+    kept = learner.resident  # the update's peak went back with the cache release, before the engine woke
     world = policy.learner.world_size
     transient = learner.largest_tensor * (1 + 1 / world) + \
         layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel
@@ -772,8 +766,6 @@ def assumptions() -> list[str]:
     released = (
         "between the update and the engine's wake-up the learner empties its CUDA cache "
         "(engine_sync.release_accelerator_cache): the rollout holds its resident state only"
-        if LEARNER_CACHE_RELEASED else
-        "the learner's update peak stays reserved by PyTorch's caching allocator while vLLM is awake"
     )
     return [
         "per GPU, GB = 1e9 bytes; worst-case micro-batch: one packed row of the whole token budget, every position "
@@ -864,7 +856,7 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
                        f"about {capacity:,.0f} tokens at {p.kv_per_token:,} B/token", 8))
     lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
                        "learner + vLLM processes, in every phase (assumed)", 4))
-    kept = "resident" if LEARNER_CACHE_RELEASED else "update peak, kept by the caching allocator"
+    kept = "resident"
     if setup.trainable:
         lines.append(_line("phase: update", p.update, "learner's update peak + overheads; vLLM asleep", 4))
         lines.append(_line("phase: weight sync", p.sync, f"learner {kept} + vLLM weights + "
@@ -905,8 +897,9 @@ class MemoryPlan:
 
 
 def check_gpu_memory(cfg: Any, worker_specs: Sequence[Any]) -> MemoryPlan | None:
-    """Plan every GPU policy's memory; None when no policy uses GPUs. Logs the plan; raises ConfigError (with the
-    arithmetic and the fixes) when the GPU's size is known and the plan cannot fit it."""
+    """Plan every GPU policy's memory; None when no policy uses GPUs. Raises ConfigError (with the arithmetic and the
+    fixes) when the GPU's size is known and the plan cannot fit it. The dry run prints the plan (``describe_plan``);
+    a training run logs it into its train.log."""
     gpu_specs = [spec for spec in worker_specs if spec.layout.uses_gpus]
     if not gpu_specs:
         return None
@@ -930,7 +923,6 @@ def check_gpu_memory(cfg: Any, worker_specs: Sequence[Any]) -> MemoryPlan | None
                         tuple(unplanned))
     if not memory.fits:
         raise ConfigError(memory.refusal())
-    log.info("%s", memory.describe())
     return memory
 
 
@@ -992,6 +984,7 @@ def model_config(path: str) -> tuple[dict | None, str]:
     """(config.json as a dict, where it came from) for a model spec, offline: a built-in alias (built once, as the
     run itself would), a local folder, the local Hugging Face cache, or the recorded facts of a known hub model
     (``pettingllms.models.replicas``). Never downloads; (None, why) when none of them has it."""
+    from pettingllms.models.replicas import recorded_config
     from pettingllms.models.resolve import ALIASES, resolve_model
 
     text = str(path).strip()
@@ -1003,14 +996,9 @@ def model_config(path: str) -> tuple[dict | None, str]:
     cached = _hub_cache_config(text)
     if cached is not None:
         return _read_json(cached), "config.json in the local Hugging Face cache"
-    try:
-        from pettingllms.models.replicas import recorded_config
-    except ImportError:
-        recorded_config = None
-    if recorded_config is not None:
-        recorded = recorded_config(text)
-        if recorded is not None:
-            return dict(recorded), "recorded hub config"
+    recorded = recorded_config(text)
+    if recorded is not None:
+        return dict(recorded), "recorded hub config"
     return None, "no local config.json, not in the Hugging Face cache, no recorded facts (nothing is downloaded)"
 
 
@@ -1019,19 +1007,10 @@ def _read_json(path: Path) -> dict:
 
 
 def _hub_cache_config(repo_id: str) -> Path | None:
-    """config.json of ``repo_id`` in the Hugging Face hub cache, if a snapshot there has one (no network)."""
+    """config.json of ``repo_id`` in the local Hugging Face hub cache, if a snapshot there has one (no network)."""
     if repo_id.count("/") != 1:
         return None
-    root = os.environ.get("HF_HUB_CACHE")
-    if not root:
-        home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                         os.path.expanduser("~/.cache"), "huggingface")
-        root = os.path.join(home, "hub")
-    repo = Path(root) / ("models--" + repo_id.replace("/", "--"))
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        candidate = repo / "snapshots" / ref.read_text().strip() / "config.json"
-        if candidate.is_file():
-            return candidate
-    snapshots = sorted((repo / "snapshots").glob("*/config.json")) if (repo / "snapshots").is_dir() else []
-    return snapshots[-1] if snapshots else None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return Path(found) if isinstance(found, str) else None

@@ -79,7 +79,6 @@ class EngineSync:
         self.engine_model = engine_model
         self.owns_weights = engine is not None and engine_owns_weights(engine)
         self.sleeps = self.owns_weights and bool(getattr(engine, "sleep_enabled", False))
-        self.last_released_bytes = 0
         self.memory: dict[str, float] = {}  # device memory after each phase of the last push (GPU only)
         self._asleep = False
 
@@ -103,8 +102,8 @@ class EngineSync:
         a collective). shapes: the stream's names and global shapes, checked against a vLLM engine's checkpoint
         before anything is gathered.
         """
-        self.last_released_bytes = release_accelerator_cache()
-        self.memory = {"memory/cache_released_gb": self.last_released_bytes / 2**30, **device_memory("after_release")}
+        released = release_accelerator_cache()
+        self.memory = {"memory/cache_released_gb": released / 2**30, **device_memory("after_release")}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
             return 0.0

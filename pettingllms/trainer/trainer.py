@@ -87,6 +87,8 @@ class Trainer:
             resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
         self.run_dir, resume_from = self._choose_run_dir()
         self._release.callback(detach_file_logger, attach_file_logger(self.run_dir))
+        if self.plan.memory is not None:  # GPU runs: the per-GPU memory plan, in the console and train.log
+            log.info("%s", self.plan.memory.describe())
         self.policies = PolicyGroup(self.plan.worker_specs, cfg.resources.use_ray, cfg.resources.num_cpus,
                                     cfg.resources.ray_namespace)
         self._release.callback(self._shutdown_policies)

@@ -257,17 +257,6 @@ def test_the_dry_run_prints_the_plan_and_refuses_a_gpu_too_small(capsys, monkeyp
 
 
 # ------------------------------------------------------------------------------------- assumptions vs the code
-def test_the_cache_release_assumption_is_what_the_worker_does():
-    """The plan's rollout phase holds the learner's resident state only if the learner empties its CUDA cache
-    before an engine wakes up (runtime/engine_sync.py); LEARNER_CACHE_RELEASED must say what the code does."""
-    from pettingllms.runtime import engine_sync
-
-    releases = hasattr(engine_sync, "release_accelerator_cache") and \
-        "empty_cache" in inspect.getsource(engine_sync.release_accelerator_cache) and \
-        "release_accelerator_cache()" in inspect.getsource(engine_sync.EngineSync.push)
-    assert memory.LEARNER_CACHE_RELEASED == releases
-
-
 def test_the_learner_frees_gradients_between_updates_and_keeps_dropout_off():
     from pettingllms.learner import learner
 

@@ -294,7 +294,7 @@ class VLLMEngine:
             started = time.perf_counter()
             check = CheckpointCheck(self._checkpoint)
             if isinstance(named_tensors, Mapping):
-                self._check_whole(named_tensors)
+                self.check_weights({str(name): tuple(t.shape) for name, t in named_tensors.items()})
             pairs = iter(weight_pairs(named_tensors))
             report = SyncReport()
             begun = False
@@ -332,9 +332,6 @@ class VLLMEngine:
         check_weight_names(list(shapes))
         if self._checkpoint is not None:
             check_against_checkpoint({name: tuple(shape) for name, shape in shapes.items()}, *self._checkpoint)
-
-    def _check_whole(self, weights: Mapping[str, Any]) -> None:
-        self.check_weights({str(name): tuple(tensor.shape) for name, tensor in weights.items()})
 
     def _wake_weights_for_sync(self) -> None:
         """Weights discarded by ``sleep(level=2)`` come back only now, when the first chunk is ready to load."""

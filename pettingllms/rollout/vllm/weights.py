@@ -180,6 +180,8 @@ def write_safetensors(path: Path, tensors: Mapping[str, Any]) -> None:
         size = tensor.numel() * tensor.element_size()
         header[name] = {"dtype": kind, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
         offset += size
+    import torch
+
     encoded = json.dumps(header, separators=(",", ":")).encode()
     encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
     with open(path, "wb") as out:
@@ -187,13 +189,7 @@ def write_safetensors(path: Path, tensors: Mapping[str, Any]) -> None:
         out.write(encoded)
         for tensor in tensors.values():
             if tensor.numel():
-                out.write(memoryview(tensor.contiguous().reshape(-1).view(_uint8()).numpy()))
-
-
-def _uint8() -> Any:
-    import torch
-
-    return torch.uint8
+                out.write(memoryview(tensor.contiguous().reshape(-1).view(torch.uint8).numpy()))
 
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
