@@ -32,7 +32,7 @@ RUNTIME_KEYS = ("engine", "engine_options", "num_gpus", "tensor_parallel", "num_
 @dataclass(frozen=True)
 class RunSettings:
     config: EvalRunConfig  # the evaluation config with the run's settings
-    taken: dict[str, str]  # key -> the run's value, for every key whose value the run changed
+    taken: dict[str, str]  # key -> the run's value, for every key whose value the run changed (sampling: one entry)
 
 
 def override_keys(overrides: Sequence[str]) -> frozenset[str]:
@@ -56,9 +56,9 @@ def with_settings_of_run(cfg: EvalRunConfig, run: Config, user_keys: Collection[
         if any(user_key.startswith(key + ".") for key in keys):
             merged = _put_back(merged, cfg, user_key.split("."))
     taken = {key: _describe(_get(merged, key)) for key in changes if _get(merged, key) != _get(cfg, key)}
-    for key in SAMPLING_KEYS:
-        if f"eval.{key}" in taken:
-            taken[f"eval.{key}"] = "each agent's val_sampling"
+    from_agents = [key for key in SAMPLING_KEYS if taken.pop(f"eval.{key}", None) is not None]
+    if from_agents:  # one entry: "eval.temperature/top_p/top_k/max_tokens"
+        taken["eval." + "/".join(from_agents)] = "each agent's val_sampling"
     return RunSettings(merged, taken)
 
 

@@ -112,7 +112,8 @@ def test_a_checkpoint_is_evaluated_on_its_runs_env_turns_lengths_and_sampling(ru
     assert settings["max_tokens"] is None and settings["temperature"] == 0.0  # per agent; all greedy
     taken = summary["from_run"]
     assert taken["env.name"] == ENV and taken["env.max_turns"] == "2" and taken["reward.alpha"] == "0.5"
-    assert taken["training.max_response_length"] == "5" and "val_sampling" in taken["eval.max_tokens"]
+    assert taken["training.max_response_length"] == "5"
+    assert taken["eval.temperature/top_p/top_k/max_tokens"] == "each agent's val_sampling"
     assert "env.max_turns=2" in (run_dir / "eval.log").read_text()  # said in the run directory, not only the console
     written = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert written["env"]["max_turns"] == 2 and written["eval"]["max_tokens"] is None
@@ -130,7 +131,8 @@ def test_command_line_keys_win_over_the_run(run, tmp_path):
     assert agents["solver"]["top_k"] == 7 and agents["planner"]["top_k"] == 0  # one key of the run's entry changed
     assert summary["model"]["agents"]["solver"]["policy"] == "policy_0"
     taken = summary["from_run"]
-    assert "env.max_turns" not in taken and "eval.max_tokens" not in taken and taken["env.name"] == ENV
+    assert "env.max_turns" not in taken and taken["env.name"] == ENV
+    assert taken["eval.temperature/top_p/top_k"] == "each agent's val_sampling"  # not max_tokens: it was given
 
 
 def test_naming_another_env_drops_the_runs_env_settings(run):
