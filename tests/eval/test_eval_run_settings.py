@@ -97,7 +97,9 @@ def steps_of(run_dir: Path, summary: dict) -> list[tuple[dict, list[dict]]]:
 def test_a_checkpoint_is_evaluated_on_its_runs_env_turns_lengths_and_sampling(run, tmp_path):
     run_dir, summary = evaluate(tmp_path, f"model.checkpoint={run}")
     assert list(summary["benchmarks"]) == [f"{ENV}/relay_held_out"]  # the run's env and held-out file, not math
-    assert summary["benchmarks"][f"{ENV}/relay_held_out"]["problems"] == 2  # the run's max_val_problems
+    bench = summary["benchmarks"][f"{ENV}/relay_held_out"]
+    assert bench["problems"] == 2  # the run's max_val_problems
+    assert bench["records"] == f"records/{ENV}/relay_held_out.jsonl"  # in the run directory, named by the stem
     check_records_against_summary(run_dir, summary)
     samples = steps_of(run_dir, summary)
     assert samples and all(sample["turns"] == 2 for sample, _ in samples)  # the run's max_turns, not the env's 1
