@@ -226,10 +226,13 @@ class EvalConfig(Freezable):
 
     n: int = 1  # independent episodes (samples) per problem
     k: List[int] = field(default_factory=lambda: [1])  # pass@k for each k (1 <= k <= n)
-    temperature: float = 0.0  # 0 = greedy (then n must be 1)
-    top_p: float = 1.0
-    top_k: int = 0  # 0 disables top-k
-    max_tokens: int = 512  # per response
+    # Sampling of every agent. None: each agent's own agents.<role>.val_sampling value (max_tokens capped by
+    # training.max_response_length), as the trainer's validation samples; a checkpoint's run sets None for every
+    # one of these not given on the command line (docs/evaluation.md, "A training run's settings").
+    temperature: Optional[float] = 0.0  # 0 = greedy (then n must be 1)
+    top_p: Optional[float] = 1.0
+    top_k: Optional[int] = 0  # 0 disables top-k
+    max_tokens: Optional[int] = 512  # per response
     seed: int = 0  # the local engine's sampling seed
     batch_problems: int = 32  # problems rolled out together (the progress bar advances per batch)
     log_dir: str = "logs/eval"  # run directory: <log_dir>[/<name>]/<date>/<time>

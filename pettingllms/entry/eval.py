@@ -15,13 +15,15 @@ def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_di
     from pettingllms.config.load import compose, to_schema
     from pettingllms.config.schema import EvalRunConfig
     from pettingllms.core import ConfigError
+    from pettingllms.eval.run_settings import override_keys
     from pettingllms.eval.runner import run_evaluation
 
     cfg = to_schema(compose(config_name, overrides, config_dir))
     if not isinstance(cfg, EvalRunConfig):
         raise ConfigError(f"config {config_name!r} is not an evaluation config: its defaults must start with "
                           "pettingllms_eval_schema (or the eval config), as pettingllms/configs/eval.yaml does")
-    return run_evaluation(cfg, print_table=print_table)
+    # a checkpoint's run supplies every setting the command line leaves open (pettingllms/eval/run_settings.py)
+    return run_evaluation(cfg, print_table=print_table, user_keys=override_keys(overrides))
 
 
 def eval_command(argv: Sequence[str]) -> int:

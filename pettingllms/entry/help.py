@@ -33,7 +33,7 @@ TRAIN_KEYS = (
 )
 EVAL_KEYS = (
     ("base_models.policy_0.path", "model: local HF dir, hub id, or alias"),
-    ("model.checkpoint", "a training run dir (its latest checkpoint) or <run>/checkpoints/step_N"),
+    ("model.checkpoint", "a training run (dir or <run>/checkpoints/step_N); its settings are the defaults"),
     ("model.adapters", "a folder of exported LoRA adapters on base_models.policy_0.path"),
     ("model.server_url", "an OpenAI-compatible server, e.g. http://host:8000/v1"),
     ("env.name", "environment of the benchmarks listed without <env>/"),
@@ -41,7 +41,7 @@ EVAL_KEYS = (
     ("env.max_val_problems", "the first N problems of each benchmark (0 = all)"),
     ("eval.n", "samples per problem"),
     ("eval.k", "the k of pass@k"),
-    ("eval.temperature", "0 = greedy"),
+    ("eval.temperature", "0 = greedy; null = each agent's val_sampling"),
     ("eval.max_tokens", "per response"),
     ("eval.log_dir", "run directory root"),
 )

@@ -2,10 +2,9 @@
 
 A run directory (``logs/<experiment>/<date>/<time>``) holds the run's ``config.yaml`` and
 ``checkpoints/step_N/policies/<policy>/`` (the format is ``runtime/checkpoints.py``'s, read only through it). The
-model side of the evaluation (``specialization``, ``base_models``, ``agents``, ``env.agents``) comes from the run's
-config, so every agent gets the policy and LoRA adapter it was trained with; the task side (env, benchmarks,
-sampling) comes from the evaluation config. Weights come from the learner's DCP shards, whatever the number of
-ranks that wrote them (full weights, or the adapters under LoRA); no optimiser is built.
+run's config gives the evaluation its defaults (``eval/run_settings.py``): every agent gets the policy and LoRA
+adapter it was trained with, on the run's env and held-out set. Weights come from the learner's DCP shards, whatever
+the number of ranks that wrote them (full weights, or the adapters under LoRA); no optimiser is built.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pettingllms.config.frozen import evolve
 from pettingllms.config.load import to_schema
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError
@@ -51,25 +49,6 @@ def read_run_config(run_dir: Path) -> Config:
         return to_schema(OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path)))
     except (OmegaConfBaseException, ConfigError) as exc:
         raise ConfigError(f"{path} does not match this version's config schema: {exc}") from exc
-
-
-RUNTIME_KEYS = ("engine", "engine_options", "num_gpus", "tensor_parallel", "num_threads")
-
-
-def with_model_of_run(cfg: Config, run: Config) -> Config:
-    """The evaluation config with the run's model side: specialization, base models, agents' policies/adapters.
-
-    Agent entries in the evaluation config replace the run's entries of the same role; ``env.agents`` set in
-    the evaluation config wins over the run's. Where a model runs is the evaluation's choice: the engine and GPU
-    keys (``RUNTIME_KEYS``) of a ``base_models`` entry come from the evaluation config's entry of that name.
-    """
-    base_models = {name: evolve(model, {key: getattr(cfg.base_models[name], key) for key in RUNTIME_KEYS})
-                   if name in cfg.base_models else model for name, model in run.base_models.items()}
-    changes = {"specialization": run.specialization, "base_models": base_models,
-               "agents": {**run.agents, **cfg.agents}}
-    if cfg.env.agents is None:
-        changes["env.agents"] = run.env.agents
-    return evolve(cfg, changes)
 
 
 def load_policy_weights(model: torch.nn.Module, checkpoint: Path, policy: str, adapters: tuple[str, ...]) -> str:

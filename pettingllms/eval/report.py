@@ -25,7 +25,10 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
     console = console or Console()
     ks = summary["settings"]["k"]
     s = summary["settings"]
-    sampling = "greedy" if s["temperature"] == 0 else f"T={s['temperature']} top_p={s['top_p']} top_k={s['top_k']}"
+    if s["temperature"] is None:  # agents sample differently (each with its run's val_sampling)
+        sampling = "each agent's own sampling (summary.json: settings.agents)"
+    else:
+        sampling = "greedy" if s["temperature"] == 0 else f"T={s['temperature']} top_p={s['top_p']} top_k={s['top_k']}"
     headline = Table(title=f"pettingllms eval: n={s['n']} sample(s) per problem, {sampling}")
     headline.add_column("benchmark", no_wrap=True)
     for column in ("problems", *[f"pass@{k}" for k in ks]):

@@ -1,7 +1,8 @@
 """``run_evaluation``: benchmarks x independent samples through the training stack's executor, then pass@k.
 
 Reads top to bottom:
-1. check everything that needs no model: settings, checkpoint, envs, agents, benchmark files;
+1. check everything that needs no model: the checkpoint (its run's settings are the defaults: ``run_settings.py``),
+   settings, envs, agents, each agent's sampling, benchmark files;
 2. load each policy once (or connect to its server) and check every first prompt's length;
 3. per env, one ``Executor`` in validation mode (independent episodes, the eval sampling for every agent);
    per benchmark, batches of problems x ``eval.n`` samples, each batch's records appended to its JSONL file;
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Collection, Iterator, Mapping
 
 from tqdm import tqdm
 
@@ -30,12 +31,15 @@ from pettingllms.assembly.plan import check_prompts
 from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
 from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
-from pettingllms.core import ConfigError, Problem
-from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint, with_model_of_run
+from pettingllms.core import ConfigError, Problem, SamplingParams
+from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
 from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_needs
 from pettingllms.eval.records import benchmark_summary, problem_record, sample_record
 from pettingllms.eval.report import print_summary, write_summary
-from pettingllms.eval.tasks import Benchmark, EnvTask, EvalSettings, check_agent_names, eval_settings, plan_tasks
+from pettingllms.eval.run_settings import with_settings_of_run
+from pettingllms.eval.tasks import (
+    Benchmark, EnvTask, EvalSettings, agent_sampling, check_agent_names, eval_settings, plan_tasks,
+)
 from pettingllms.eval.trace import success_trace
 from pettingllms.rollout.executor import Executor, RolloutResult
 from pettingllms.rollout.policy_client import PolicyClient
@@ -50,12 +54,14 @@ class EvalResult:
 
 
 def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | None = None,
-                   print_table: bool = True) -> EvalResult:
-    """Evaluate ``cfg``'s model on its benchmarks. ``clients`` (policy -> client) replaces model loading."""
+                   print_table: bool = True, user_keys: Collection[str] = ()) -> EvalResult:
+    """Evaluate ``cfg``'s model on its benchmarks. ``clients`` (policy -> client) replaces model loading.
+    ``user_keys``: the keys set on the command line, which a checkpoint's run does not replace."""
     started, start = datetime.now(), time.perf_counter()
-    # 1. Everything that needs no model: settings, checkpoint, envs, agents, benchmark files.
+    # 1. Everything that needs no model: checkpoint, settings, envs, agents, sampling, benchmark files.
+    cfg, checkpoint, tasks, from_run = prepare(cfg, user_keys)
     settings = eval_settings(cfg.eval)
-    cfg, checkpoint, tasks = prepare(cfg)
+    sampling = {task.env_name: task_sampling(task, settings, cfg) for task in tasks}
     # 2. The models (or the server), then every first prompt against the length limit.
     policies = _policies(cfg, tasks, settings, checkpoint, clients)
     try:
@@ -68,8 +74,11 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
         # 3. Roll out and record, benchmark by benchmark.
         results = {}
         with _eval_log(run_dir):
+            if from_run:
+                log.info("settings from the run %s (a key=value on the command line overrides any): %s", checkpoint,
+                         ", ".join(f"{key}={value}" for key, value in from_run.items()))
             for task in tasks:
-                executor = _executor(task, policies, settings, cfg)
+                executor = _executor(task, policies, sampling[task.env_name], cfg)
                 for bench in task.benchmarks:
                     results[bench.key] = run_benchmark(executor, task, bench, settings, run_dir)
     finally:
@@ -80,8 +89,11 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
         "started": started.isoformat(timespec="seconds"),
         "elapsed_s": time.perf_counter() - start,
         "model": _model_description(cfg, tasks, policies, checkpoint),
-        "settings": {"n": settings.n, "k": list(settings.ks), **dataclasses.asdict(settings.sampling),
-                     "seed": settings.seed, "max_prompt_length": cfg.training.max_prompt_length},
+        "settings": {"n": settings.n, "k": list(settings.ks), **_shared_sampling(sampling),
+                     "seed": settings.seed, "max_prompt_length": cfg.training.max_prompt_length,
+                     "agents": {role: dataclasses.asdict(s) for by_role in sampling.values()
+                                for role, s in by_role.items()}},
+        "from_run": from_run,
         "benchmarks": results,
     }
     servers = {policy: engine.stats.as_dict() for policy, engine in policies.engines.items() if hasattr(engine, "stats")}
@@ -93,16 +105,25 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
     return EvalResult(run_dir, summary)
 
 
-def prepare(cfg: EvalRunConfig) -> tuple[EvalRunConfig, Path | None, list[EnvTask]]:
-    """The config with a checkpoint's model side, the checkpoint, and every env's plan and problems."""
+def prepare(cfg: EvalRunConfig, user_keys: Collection[str] = ()
+            ) -> tuple[EvalRunConfig, Path | None, list[EnvTask], dict[str, str]]:
+    """The config with a checkpoint's run settings, the checkpoint, every env's plan and problems, and the keys
+    the run set (key -> value)."""
     check_sources(cfg)
-    checkpoint, user_cfg = None, cfg
+    checkpoint, user_cfg, from_run = None, cfg, {}
     if cfg.model.checkpoint:
         checkpoint, run = resolve_checkpoint(cfg.model.checkpoint)
-        cfg = with_model_of_run(cfg, read_run_config(run))
+        settings = with_settings_of_run(cfg, read_run_config(run), user_keys)
+        cfg, from_run = settings.config, settings.taken
     tasks = plan_tasks(cfg)
     check_agent_names(user_cfg, tasks)  # not the run's own agent entries: they name the roles it trained
-    return cfg, checkpoint, tasks
+    return cfg, checkpoint, tasks, from_run
+
+
+def task_sampling(task: EnvTask, settings: EvalSettings, cfg: EvalRunConfig) -> dict[str, SamplingParams]:
+    """Every agent's sampling in ``task`` (checked: greedy agents cannot give ``eval.n > 1`` distinct samples)."""
+    return {role: agent_sampling(settings, role, spec.val_sampling, cfg.training.max_response_length)
+            for role, spec in task.plan.agent_specs.items()}
 
 
 def check_sources(cfg: EvalRunConfig) -> None:
@@ -118,7 +139,7 @@ def run_benchmark(executor: Executor, task: EnvTask, bench: Benchmark, settings:
                   run_dir: Path) -> dict[str, Any]:
     """Roll out every problem ``settings.n`` times, write its records, and summarise them."""
     start = time.perf_counter()
-    path = run_dir / "records" / task.env_name / f"{bench.name}.jsonl"
+    path = run_dir / "records" / f"{bench.key}.jsonl"  # <env>/<label>: a file entry's stem, never its path
     path.parent.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     timings: dict[str, float] = defaultdict(float)
@@ -170,16 +191,23 @@ def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, 
     return load_policies(cfg.model, needs, roles, settings.seed, checkpoint)
 
 
-def _executor(task: EnvTask, policies: LoadedPolicies, settings: EvalSettings, cfg: EvalRunConfig) -> Executor:
-    """The trainer's executor with the eval sampling for every agent (validation mode is independent episodes)."""
+def _executor(task: EnvTask, policies: LoadedPolicies, sampling: Mapping[str, SamplingParams],
+              cfg: EvalRunConfig) -> Executor:
+    """The trainer's executor with each agent's eval sampling (validation mode is independent episodes)."""
     specs = {
-        role: dataclasses.replace(spec, val_sampling=settings.sampling,
+        role: dataclasses.replace(spec, val_sampling=sampling[role],
                                   adapter=policies.agent_adapters.get(role, spec.adapter))
         for role, spec in task.plan.agent_specs.items()
     }
     config = dataclasses.replace(task.plan.executor_config, max_prompt_length=cfg.training.max_prompt_length,
-                                 max_response_length=settings.sampling.max_tokens)
+                                 max_response_length=max(s.max_tokens for s in sampling.values()))
     return Executor(task.plan.env, specs, policies.clients, config)
+
+
+def _shared_sampling(sampling: Mapping[str, Mapping[str, SamplingParams]]) -> dict[str, Any]:
+    """Each sampling key's value if every agent has the same one, else None (then see ``settings.agents``)."""
+    values = [dataclasses.asdict(s) for by_role in sampling.values() for s in by_role.values()]
+    return {key: values[0][key] if all(v[key] == values[0][key] for v in values) else None for key in values[0]}
 
 
 def _model_description(cfg: EvalRunConfig, tasks: list[EnvTask], policies: LoadedPolicies,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pettingllms.assembly.plan import RunPlan, build_env, plan
 from pettingllms.config.frozen import evolve
@@ -27,11 +27,14 @@ from pettingllms.data.problems import (
 PROCEDURAL = "procedural"
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "max_tokens")  # eval.<key>, one SamplingParams field each
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     n: int
     ks: tuple[int, ...]
-    sampling: SamplingParams
+    sampling: dict[str, Any]  # the eval.* sampling keys that are set; the others are each agent's val_sampling
     seed: int
     batch_problems: int
 
@@ -68,11 +71,26 @@ def eval_settings(e: EvalConfig) -> EvalSettings:
                           "sampled pass@k, or eval.n=1 for greedy")
     if e.batch_problems < 1:
         raise ConfigError(f"eval.batch_problems must be >= 1, got {e.batch_problems}")
+    sampling = {key: getattr(e, key) for key in SAMPLING_KEYS if getattr(e, key) is not None}
     try:
-        sampling = SamplingParams(e.temperature, e.top_p, e.top_k, e.max_tokens)
+        SamplingParams(**sampling)  # the given values are checked here, the agents' ones by the config's plan
     except ValueError as exc:
         raise ConfigError(f"eval sampling settings: {exc}") from exc
     return EvalSettings(e.n, ks, sampling, e.seed, e.batch_problems)
+
+
+def agent_sampling(settings: EvalSettings, role: str, val_sampling: SamplingParams,
+                   max_response_length: int) -> SamplingParams:
+    """One agent's sampling: the eval.* keys that are set, the agent's ``val_sampling`` for the others (its
+    max_tokens capped by ``training.max_response_length``, as in the trainer's validation)."""
+    values = {**{key: getattr(val_sampling, key) for key in SAMPLING_KEYS}, **settings.sampling}
+    if "max_tokens" not in settings.sampling:
+        values["max_tokens"] = min(values["max_tokens"], max_response_length)
+    if settings.n > 1 and values["temperature"] == 0:
+        raise ConfigError(f"eval.n={settings.n} greedy samples would all be the same: agent {role!r} samples at "
+                          f"temperature 0 (its val_sampling); set eval.temperature > 0 for sampled pass@k, or "
+                          "eval.n=1 for greedy")
+    return SamplingParams(**values)
 
 
 def plan_tasks(cfg: Config) -> list[EnvTask]:

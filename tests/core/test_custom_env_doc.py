@@ -1,5 +1,6 @@
 """docs/custom_env.md is a test: its example module, run with exactly the commands on the page from a directory
-outside the repository, passes the checker and trains; and in-process it rolls out as the page says."""
+outside the repository, passes the checker, trains, and is evaluated with the run's settings; and in-process it
+rolls out as the page says."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ def page_module() -> tuple[str, str]:
     return name, code
 
 
-def page_commands() -> list[str]:
-    """The shell commands of the page's 'Try it' section, continuation lines joined."""
-    section = DOC.read_text().split("## Try it", 1)[1].split("\n## ", 1)[0]
+def page_commands(heading: str = "Try it") -> list[str]:
+    """The shell commands of one section of the page ('Try it', 'Evaluating your env'), continuation lines joined."""
+    section = DOC.read_text().split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
@@ -77,12 +78,37 @@ def test_the_pages_commands_check_and_train_from_a_directory_outside_the_reposit
     first_step = json.loads((from_rows / "summary.log").read_text().splitlines()[-1])
     assert first_step["step"] == 1 and first_step["policy_0/guesser/samples"] > 0
 
+    evaluations = page_commands("Evaluating your env")
+    assert [c.split()[:2] for c in evaluations] == [["pettingllms", "eval"]] * 2
+    for command in evaluations:
+        code, out, err = run_shell(command, workdir, env, timeout=600)
+        assert code == 0, f"{command}\n{out[-3000:]}\n{err[-3000:]}"
+        assert "settings from the run" in err and "env.name=guess_env:GuessEnv" in err
+    as_trained, overridden = sorted(workdir.glob("logs/eval/*/*"))
+    for run_dir, turns, tokens in ((as_trained, 2, 8), (overridden, 1, 4)):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        (bench,) = summary["benchmarks"].values()
+        assert bench["env"] == "guess_env:GuessEnv" and bench["problems"] == 4  # the run's env.max_val_problems
+        samples = [s for line in (run_dir / bench["records"]).read_text().splitlines()
+                   for s in json.loads(line)["samples"]]
+        assert max(s["turns"] for s in samples) == turns  # the env's own default is 1 turn
+        assert all(step["response_tokens"] <= tokens for s in samples for step in s["steps"])
+
 
 def test_the_train_command_quoted_on_the_page_parses_as_overrides():
     for command in page_commands():
         if command.startswith("pettingllms train"):
             args = shlex.split(command)[2:]
             assert all("=" in a and not a.startswith("-") for a in args), args
+
+
+def test_the_eval_commands_on_the_page_name_real_keys(tmp_path):
+    from pettingllms.config.load import compose
+
+    for command in page_commands("Evaluating your env"):
+        args = shlex.split(command.replace("$(ls -d logs/guess/*/* | tail -n 1)", str(tmp_path)))
+        assert args[:2] == ["pettingllms", "eval"] and args[2] == f"model.checkpoint={tmp_path}", args
+        compose("eval", args[2:])  # an unknown key or a bad value raises
 
 
 def test_doc_example_passes_check_env_and_rolls_out(tmp_path, monkeypatch, capsys):
