@@ -23,7 +23,7 @@ import threading
 
 from pettingllms.core.errors import ConfigError, InfrastructureError
 
-from . import layers, workdir
+from . import layers, leftovers, workdir
 from .layers import DEFAULT_LAYER_ENV, FALLBACK, LayerPlan
 from .limits import Limits
 from .result import INFRASTRUCTURE_ERROR, RunResult
@@ -38,7 +38,7 @@ SUPPORTED_LANGUAGES = ("python",)
 def run_in_plan(plan: LayerPlan, *, files: dict[str, bytes], stdin: str | bytes, argv: tuple[str, ...],
                 limits: Limits, workdir_root: str | None, uid_base: int, uid_slots: int, lock_dir: str) -> RunResult:
     run_dir = workdir.create_run_dir(workdir_root)
-    slot = None
+    slot = watched = None
     try:
         workdir.write_inputs(run_dir, files, stdin)
         if plan.privileged:
@@ -49,11 +49,12 @@ def run_in_plan(plan: LayerPlan, *, files: dict[str, bytes], stdin: str | bytes,
                 workdir.check_reachable_by_others(run_dir)
             slot = acquire_uid_slot(base=uid_base, slots=uid_slots, lock_dir=lock_dir)
             workdir.give_inputs_to(run_dir, slot.uid)
-        return WatchedRun(plan, limits, slot, run_dir).execute(tuple(argv), workdir.stdin_path(run_dir))
+        watched = WatchedRun(plan, limits, slot, run_dir)
+        return watched.execute(tuple(argv), workdir.stdin_path(run_dir))
     finally:
         if slot is not None:
             if plan.name == FALLBACK:
-                workdir.sweep_world_writable(slot.uid)
+                leftovers.sweep(slot.uid, private_dirs=watched.private_dirs() if watched else ())
             slot.release()
         workdir.remove_tree(run_dir)
 
