@@ -27,7 +27,7 @@ from . import layers, leftovers, workdir
 from .layers import DEFAULT_LAYER_ENV, FALLBACK, LayerPlan
 from .limits import Limits
 from .result import INFRASTRUCTURE_ERROR, RunResult
-from .uids import DEFAULT_LOCK_DIR, DEFAULT_SLOTS, DEFAULT_UID_BASE, acquire_uid_slot
+from .uids import DEFAULT_LOCK_DIR, DEFAULT_SLOTS, DEFAULT_UID_BASE, REFERENCE_UID_BASE, acquire_uid_slot
 from .watcher import WatchedRun
 
 logger = logging.getLogger("pettingllms.sandbox")
@@ -127,6 +127,20 @@ def default_sandbox() -> Sandbox:
         if _default_sandbox is None:
             _default_sandbox = Sandbox(os.environ.get(DEFAULT_LAYER_ENV, "auto"))
         return _default_sandbox
+
+
+_reference_sandbox: Sandbox | None = None
+
+
+def reference_sandbox() -> Sandbox:
+    """The process-wide sandbox for trusted reference programs (a dataset's golden solutions): the layer of
+    ``default_sandbox``, uids from a range of their own, so a model-written program never runs as a uid that a
+    reference program used (nor beside one under the same uid)."""
+    global _reference_sandbox
+    with _default_lock:
+        if _reference_sandbox is None:
+            _reference_sandbox = Sandbox(os.environ.get(DEFAULT_LAYER_ENV, "auto"), uid_base=REFERENCE_UID_BASE)
+        return _reference_sandbox
 
 
 def run_program(source: str | None = None, *, argv=(), stdin: str | bytes = "",

@@ -78,24 +78,32 @@ class WatchedRun:
                                       argv=argv, host_work_dir=self.work, uid=uid, report_fd=report_fd,
                                       lifeline_fd=lifeline_fd)
 
-    def command(self, config_fd: int) -> list[str]:
+    def command(self, config_fd: int) -> tuple[list[str], list[int]]:
+        """The launch command and the extra fds it reads. bwrap takes its own arguments from a pipe (``--args``):
+        they name the work dir, and its command line is world-readable too."""
         if self.plan.name == STRONG:
-            return layers.bwrap_argv(bwrap=self.plan.bwrap, interpreter=self.plan.interpreter, limits=self.limits,
+            args = layers.bwrap_argv(bwrap=self.plan.bwrap, interpreter=self.plan.interpreter, limits=self.limits,
                                      host_work_dir=self.work, privileged=self.plan.privileged, config_fd=config_fd)
-        return layers.fallback_argv(interpreter=self.plan.interpreter, config_fd=config_fd)
+            options, command = args[1:args.index("--")], args[args.index("--"):]  # bwrap reads only options there
+            args_fd = config_pipe(b"".join(arg.encode() + b"\0" for arg in options))
+            return [args[0], "--args", str(args_fd), *command], [args_fd]
+        return layers.fallback_argv(interpreter=self.plan.interpreter, config_fd=config_fd), []
 
     def execute(self, argv: tuple[str, ...], stdin_path: str) -> RunResult:
         report_r, report_w = os.pipe()
         lifeline_r, self._lifeline_w = os.pipe()
+        ours = [report_r, report_w, lifeline_r]  # closed here on a failed start
         try:
-            config_r = config_pipe(layers.encode_config(self.config(argv, report_w, lifeline_r)))
+            ours.append(config_pipe(layers.encode_config(self.config(argv, report_w, lifeline_r))))
+            cmd, extra_fds = self.command(ours[-1])
+            ours += extra_fds
         except BaseException:
             self._close_lifeline()
-            for fd in (report_r, report_w, lifeline_r):
+            for fd in ours:
                 os.close(fd)
             raise
-        pass_fds = [report_w, lifeline_r, config_r] + ([self.slot.lock_fd] if self.slot else [])
-        cmd = self.command(config_r)
+        launch_fds = ours[1:]  # all but report_r: the launcher's (or bwrap's) to inherit, ours to close once it runs
+        pass_fds = launch_fds + ([self.slot.lock_fd] if self.slot else [])
         env = layers.program_env(home=self.work, tmpdir=self.work)
         try:
             with open(stdin_path, "rb") as stdin:
@@ -103,12 +111,11 @@ class WatchedRun:
                                         pass_fds=pass_fds, env=env, cwd=self.run_dir, start_new_session=True)
         except OSError as exc:
             self._close_lifeline()
-            for fd in (report_r, report_w, lifeline_r, config_r):
+            for fd in ours:
                 os.close(fd)
             raise InfrastructureError(f"sandbox ({self.plan.name}) could not start {cmd[0]!r}: {exc}") from exc
-        os.close(report_w)
-        os.close(lifeline_r)
-        os.close(config_r)
+        for fd in launch_fds:
+            os.close(fd)
         try:
             self._watch(proc, report_r)
         finally:
