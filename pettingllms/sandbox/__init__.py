@@ -12,10 +12,10 @@ from .layers import FALLBACK, STRONG
 from .limits import Limits
 from .pool import SandboxPool
 from .result import INFRASTRUCTURE_ERROR, KILLED, MEMORY, OK, OUTPUT_LIMIT, TIMEOUT, VERDICTS, RunResult
-from .runner import Sandbox, default_sandbox, run_program
+from .runner import Sandbox, default_sandbox, reference_sandbox, run_program
 
 __all__ = [
     "FALLBACK", "INFRASTRUCTURE_ERROR", "KILLED", "MEMORY", "OK", "OUTPUT_LIMIT", "STRONG", "TIMEOUT", "VERDICTS",
     "Limits", "RunResult", "Sandbox", "SandboxPool", "TestCaseResult", "TestReport", "default_sandbox",
-    "normalise_output", "run_program", "run_tests",
+    "normalise_output", "reference_sandbox", "run_program", "run_tests",
 ]

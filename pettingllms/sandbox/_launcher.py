@@ -1,14 +1,17 @@
 """Trusted launcher that runs between the sandbox runner and the untrusted program.
 
-Run as ``python -I -S _launcher.py CONFIG_HEX`` (hex of a marshal-ed dict), inside bubblewrap in the strong
-layer, directly in the fallback layer. It must import nothing outside the standard library: in the strong
+Run as ``python -I -S _launcher.py CONFIG_FD`` (an inherited pipe holding a marshal-ed dict, read to EOF first:
+the config names the run's work dir, and a command line is readable by every uid), inside bubblewrap in the
+strong layer, directly in the fallback layer. It must import nothing outside the standard library: in the strong
 layer the project checkout is not mounted, only this one file is.
 
 What it does, in order:
   1. makes itself non-dumpable (the program cannot ptrace it or open its fds through /proc) and a child
      subreaper, so every orphan of the program tree -- including ``setsid()`` double forks -- is re-parented
      to it instead of escaping to init;
-  2. optionally moves into a new network namespace (fallback layer, when it has the privilege);
+  2. optionally (fallback layer, when it has the privilege) moves into new network and IPC namespaces and a new
+     mount namespace in which the shared writable dirs (/tmp, /var/tmp, /dev/shm, ...) are private tmpfs, so
+     the program can neither reach the host's unix sockets there nor leave files or IPC objects behind;
   3. forks the program: the child drops privileges, applies rlimits, closes every inherited fd but 0-2
      and execs. Failure before the exec is reported as a setup error (the program never ran);
   4. waits for the program or for the runner to close the lifeline pipe (timeout, output limit, or the
@@ -35,6 +38,9 @@ PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWNS = 0x00020000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
 LAST_CAP_GUESS = 63  # PR_CAPBSET_DROP returns EINVAL past the kernel's last cap; we stop there
 
 TREE_KILL_TIMEOUT_S = 5.0
@@ -63,6 +69,61 @@ def _try_unshare_net():
     if _libc.unshare(ctypes.c_int(CLONE_NEWNET)) == 0:
         return True
     return False
+
+
+def _mount(source, target, fstype, flags, data):
+    encode = lambda text: None if text is None else text.encode()  # noqa: E731
+    if _libc.mount(encode(source), encode(target), encode(fstype), ctypes.c_ulong(flags), encode(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "mount %s on %s: %s" % (fstype or source, target, os.strerror(err)))
+
+
+def _makedirs_traversable(path):
+    if os.path.isdir(path):
+        return
+    _makedirs_traversable(os.path.dirname(path))
+    os.mkdir(path)
+    os.chmod(path, 0o711)  # the program's uid passes through to its work dir, and lists nothing
+
+
+def _isolate_ipc_and_mounts(cfg):
+    """(ipc_isolated, private_dirs). A namespace the kernel refuses is reported, not fatal (the runner sweeps
+    instead); a mount that fails inside a new mount namespace is fatal (the run would be less private than
+    reported)."""
+    ipc_isolated = _libc.unshare(ctypes.c_int(CLONE_NEWIPC)) == 0
+    if _libc.unshare(ctypes.c_int(CLONE_NEWNS)) != 0:
+        return ipc_isolated, ()
+    # A copied mount stays in its peer group: without this our tmpfs mounts would appear on the host.
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    work = cfg["cwd"]
+    # Held across the mounts that may hide its path; opened in the new namespace, since a bind mount's
+    # source must be a mount of the caller's own namespace.
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        private = []
+        for path in cfg["private_dirs"]:
+            if os.path.islink(path) or not os.path.isdir(path):
+                continue
+            if path == "/dev/mqueue":
+                if not ipc_isolated:
+                    continue  # a new mqueue mount would show the host's queues
+                _mount("mqueue", path, "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            else:
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=%d" % cfg["disk_bytes"])
+            private.append(path)
+        held = os.fstat(work_fd)
+        try:
+            seen = os.stat(work)
+        except FileNotFoundError:
+            seen = None
+        if seen is None or (seen.st_dev, seen.st_ino) != (held.st_dev, held.st_ino):
+            # The work dir lay under a dir that is now private: bind it back at the same path.
+            _makedirs_traversable(os.path.dirname(work))
+            os.mkdir(work, 0o700)
+            _mount("/proc/self/fd/%d" % work_fd, work, None, MS_BIND, None)
+        return ipc_isolated, tuple(private)
+    finally:
+        os.close(work_fd)
 
 
 # ---------------------------------------------------------------- child side (becomes the program)
@@ -292,6 +353,7 @@ class Launcher:
         _prctl(PR_SET_DUMPABLE, 0)
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         net_isolated = _try_unshare_net() if cfg.get("unshare_net") else None
+        ipc_isolated, private_dirs = _isolate_ipc_and_mounts(cfg) if cfg.get("isolate") else (None, ())
 
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
@@ -313,7 +375,8 @@ class Launcher:
             self.kill_tree()
             _write_report(self.report_fd, {"event": "setup-error", "message": setup_error.decode(errors="replace")})
             return
-        _write_report(self.report_fd, {"event": "started", "net_isolated": net_isolated})
+        _write_report(self.report_fd, {"event": "started", "net_isolated": net_isolated,
+                                       "ipc_isolated": ipc_isolated, "private_dirs": private_dirs})
 
         poller = select.poll()
         poller.register(wake_r, select.POLLIN)
@@ -346,8 +409,19 @@ class Launcher:
         _write_report(self.report_fd, report)
 
 
+def _read_config(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return marshal.loads(b"".join(chunks))
+
+
 def main():
-    cfg = marshal.loads(bytes.fromhex(sys.argv[1]))
+    cfg = _read_config(int(sys.argv[1]))
     launcher = Launcher(cfg)
     try:
         launcher.run()

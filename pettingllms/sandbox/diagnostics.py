@@ -17,8 +17,8 @@ import uuid
 from .limits import Limits
 from .pool import SandboxPool
 from .runner import Sandbox
-from .watcher import proc_files
-from .workdir import RUN_DIR_PREFIX
+from .uids import proc_files
+from .workdir import RUN_DIR_PREFIX, default_runs_root
 
 
 def machine_info() -> dict:
@@ -65,7 +65,7 @@ def processes_with_marker(marker: str) -> list[int]:
 
 
 def leftover_work_dirs(root: str | None = None) -> list[str]:
-    return glob.glob(os.path.join(root or tempfile.gettempdir(), RUN_DIR_PREFIX + "*"))
+    return glob.glob(os.path.join(root or default_runs_root(), RUN_DIR_PREFIX + "*"))
 
 
 SOAK_PROGRAMS = (

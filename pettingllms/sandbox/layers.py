@@ -3,8 +3,12 @@
 strong    bubblewrap: new pid, net, ipc, uts (and cgroup) namespaces, a root made only of read-only binds
           of /usr, /etc and the interpreter, private size-capped tmpfs for the work dir and /tmp. As root
           the program runs as a private slot uid (see uids.py); otherwise in a new user namespace.
-fallback  no namespaces from bubblewrap: a new session, rlimits, a private slot uid when root (plus a new
-          network namespace when the kernel allows it), a subreaper launcher that kills the whole tree.
+fallback  no bubblewrap: a new session, rlimits, a subreaper launcher that kills the whole tree; as root a private
+          slot uid and, where the kernel allows them, new network and IPC namespaces and a mount namespace with
+          private tmpfs over the shared writable dirs (/tmp, /var/tmp, /dev/shm, ...).
+
+The launcher's config goes through a pipe (an inherited fd), never the command line: /proc/<pid>/cmdline is
+readable by every uid, and the config names the run's work dir.
 
 The argv and config builders start nothing -- except describe_interpreter, which asks an interpreter once
 where its standard library lives. Choosing a layer (``resolve_plan``) runs a tiny probe program through it,
@@ -27,6 +31,7 @@ from typing import Callable
 
 from pettingllms.core.errors import ConfigError, InfrastructureError
 
+from .leftovers import SHARED_WRITABLE_DIRS
 from .limits import Limits
 from .result import OK, RunResult
 
@@ -116,6 +121,9 @@ def launcher_config(*, layer: str, interpreter: Interpreter, limits: Limits, arg
                     host_work_dir: str, uid: int | None, report_fd: int, lifeline_fd: int) -> dict:
     strong = layer == STRONG
     cwd = SANDBOX_WORK if strong else host_work_dir
+    # The fallback names the program relative to its cwd: its absolute path would show in its world-readable
+    # /proc/<pid>/cmdline and tell other runs where this run's files are.
+    main_path = os.path.join(cwd, MAIN_FILE) if strong else MAIN_FILE
     if strong:
         kill_mode = "namespace"  # kill(-1) inside the pid namespace reaches every process of the run
     elif uid is not None:
@@ -123,7 +131,7 @@ def launcher_config(*, layer: str, interpreter: Interpreter, limits: Limits, arg
     else:
         kill_mode = "tree"  # walk our own descendants (subreaper keeps setsid orphans in the tree)
     return {
-        "argv": program_argv(interpreter, os.path.join(cwd, MAIN_FILE), argv),
+        "argv": program_argv(interpreter, main_path, argv),
         "cwd": cwd,
         "copy_from": SANDBOX_INPUT if strong else None,
         "env": program_env(home=cwd, tmpdir="/tmp" if strong else cwd),
@@ -132,6 +140,11 @@ def launcher_config(*, layer: str, interpreter: Interpreter, limits: Limits, arg
         "gid": uid,
         "kill_mode": kill_mode,
         "unshare_net": (not strong) and uid is not None,  # the fallback tries it when it is root
+        # The fallback as root also tries an IPC namespace and private tmpfs over the shared writable dirs (bwrap
+        # does both in the strong layer); the launcher reports what it got.
+        "isolate": (not strong) and uid is not None,
+        "private_dirs": SHARED_WRITABLE_DIRS,
+        "disk_bytes": int(limits.max_disk_bytes),
         "nproc_relative": uid is None,  # non-root: the program shares its uid's task count (see launcher)
         "report_fd": report_fd,
         "lifeline_fd": lifeline_fd,
@@ -144,7 +157,7 @@ def _parents(path: str) -> list[str]:
 
 
 def bwrap_argv(*, bwrap: str, interpreter: Interpreter, limits: Limits, host_work_dir: str, privileged: bool,
-               config: dict) -> list[str]:
+               config_fd: int) -> list[str]:
     args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     if privileged:
@@ -181,18 +194,18 @@ def bwrap_argv(*, bwrap: str, interpreter: Interpreter, limits: Limits, host_wor
         "--perms", "0777", "--size", disk, "--tmpfs", SANDBOX_WORK,
         "--remount-ro", "/",
         "--chdir", SANDBOX_WORK,
-        "--", interpreter.executable, "-I", "-S", SANDBOX_LAUNCHER, encode_config(config),
+        "--", interpreter.executable, "-I", "-S", SANDBOX_LAUNCHER, str(config_fd),
     ]
     return args
 
 
-def fallback_argv(*, interpreter: Interpreter, config: dict) -> list[str]:
-    return [interpreter.executable, "-I", "-S", LAUNCHER_PATH, encode_config(config)]
+def fallback_argv(*, interpreter: Interpreter, config_fd: int) -> list[str]:
+    return [interpreter.executable, "-I", "-S", LAUNCHER_PATH, str(config_fd)]
 
 
-def encode_config(config: dict) -> str:
-    # marshal: the launcher decodes it without importing json (startup time); hex keeps argv printable.
-    return marshal.dumps(config).hex()
+def encode_config(config: dict) -> bytes:
+    # marshal: the launcher decodes it without importing json (startup time).
+    return marshal.dumps(config)
 
 
 # ------------------------------------------------------------------------------------------ layer choice

@@ -20,6 +20,9 @@ class RunResult:
     ``verdict`` is about the sandbox: "ok" means the program ended by itself within every limit -- with any
     exit code; whether its answer is right is the judge's business. ``exit_code`` is None when the program
     did not exit by itself (killed by a signal or by the sandbox); ``signal`` names the signal then.
+    ``network_isolated``: the program had an empty network namespace. ``shared_dirs_private``: its /tmp,
+    /var/tmp, /dev/shm (and SysV/POSIX IPC) were its own and went with it -- no host unix socket or other run's
+    file there was reachable, and nothing it left there outlived it.
     """
 
     verdict: str
@@ -31,6 +34,7 @@ class RunResult:
     wall_time_s: float
     layer: str
     network_isolated: bool
+    shared_dirs_private: bool = False
     signal: int | None = None
     cpu_time_s: float | None = None
     max_rss_kib: int | None = None

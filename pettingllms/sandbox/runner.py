@@ -23,11 +23,11 @@ import threading
 
 from pettingllms.core.errors import ConfigError, InfrastructureError
 
-from . import layers, workdir
+from . import layers, leftovers, workdir
 from .layers import DEFAULT_LAYER_ENV, FALLBACK, LayerPlan
 from .limits import Limits
 from .result import INFRASTRUCTURE_ERROR, RunResult
-from .uids import DEFAULT_LOCK_DIR, DEFAULT_SLOTS, DEFAULT_UID_BASE, acquire_uid_slot
+from .uids import DEFAULT_LOCK_DIR, DEFAULT_SLOTS, DEFAULT_UID_BASE, REFERENCE_UID_BASE, acquire_uid_slot
 from .watcher import WatchedRun
 
 logger = logging.getLogger("pettingllms.sandbox")
@@ -38,7 +38,7 @@ SUPPORTED_LANGUAGES = ("python",)
 def run_in_plan(plan: LayerPlan, *, files: dict[str, bytes], stdin: str | bytes, argv: tuple[str, ...],
                 limits: Limits, workdir_root: str | None, uid_base: int, uid_slots: int, lock_dir: str) -> RunResult:
     run_dir = workdir.create_run_dir(workdir_root)
-    slot = None
+    slot = watched = None
     try:
         workdir.write_inputs(run_dir, files, stdin)
         if plan.privileged:
@@ -49,11 +49,12 @@ def run_in_plan(plan: LayerPlan, *, files: dict[str, bytes], stdin: str | bytes,
                 workdir.check_reachable_by_others(run_dir)
             slot = acquire_uid_slot(base=uid_base, slots=uid_slots, lock_dir=lock_dir)
             workdir.give_inputs_to(run_dir, slot.uid)
-        return WatchedRun(plan, limits, slot, run_dir).execute(tuple(argv), workdir.stdin_path(run_dir))
+        watched = WatchedRun(plan, limits, slot, run_dir)
+        return watched.execute(tuple(argv), workdir.stdin_path(run_dir))
     finally:
         if slot is not None:
             if plan.name == FALLBACK:
-                workdir.sweep_world_writable(slot.uid)
+                leftovers.sweep(slot.uid, private_dirs=watched.private_dirs() if watched else ())
             slot.release()
         workdir.remove_tree(run_dir)
 
@@ -126,6 +127,20 @@ def default_sandbox() -> Sandbox:
         if _default_sandbox is None:
             _default_sandbox = Sandbox(os.environ.get(DEFAULT_LAYER_ENV, "auto"))
         return _default_sandbox
+
+
+_reference_sandbox: Sandbox | None = None
+
+
+def reference_sandbox() -> Sandbox:
+    """The process-wide sandbox for trusted reference programs (a dataset's golden solutions): the layer of
+    ``default_sandbox``, uids from a range of their own, so a model-written program never runs as a uid that a
+    reference program used (nor beside one under the same uid)."""
+    global _reference_sandbox
+    with _default_lock:
+        if _reference_sandbox is None:
+            _reference_sandbox = Sandbox(os.environ.get(DEFAULT_LAYER_ENV, "auto"), uid_base=REFERENCE_UID_BASE)
+        return _reference_sandbox
 
 
 def run_program(source: str | None = None, *, argv=(), stdin: str | bytes = "",

@@ -8,7 +8,13 @@ in world-writable directories.
 
 Slots are claimed with ``flock`` on one lock file per slot, so concurrent runners in different processes
 (Ray workers) never share a uid. The lock fd is inherited by the launcher, which holds the slot until the
-program's whole tree is dead, even when the runner itself crashes.
+program's whole tree is dead, even when the runner itself crashes. The lock dir is root's own (0700, checked), so
+no other user can create, hold or delete a slot's lock; every runner of the machine -- two trainings, a training
+and a test suite -- claims from the same locks. A slot whose uid still has processes (survivors of a run whose
+runner died) is skipped: handing it out would put a new run beside programs that can signal it.
+
+Model-written programs and trusted reference programs (a dataset's golden solutions) claim from two disjoint
+ranges, so a model's program never runs as a uid that a reference program used.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import pwd
 import stat
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 from pettingllms.core.errors import InfrastructureError
 
 # Far above any uid a distribution, LDAP or /etc/subuid range normally hands out; below 2**31.
 DEFAULT_UID_BASE = 1_879_048_192
 DEFAULT_SLOTS = 4096
+REFERENCE_UID_BASE = DEFAULT_UID_BASE + DEFAULT_SLOTS  # the reference programs' range, right after the models'
 DEFAULT_LOCK_DIR = "/run/pettingllms-sandbox" if os.path.isdir("/run") else "/tmp/pettingllms-sandbox"
 
 _dir_lock = threading.Lock()
@@ -43,15 +51,46 @@ class UidSlot:
             self.lock_fd = -1
 
 
-def _ensure_private_dir(path: str) -> None:
+def ensure_private_dir(path: str, mode: int = 0o700, what: str = "sandbox uid lock dir") -> None:
+    """Create ``path`` with ``mode`` unless it exists; either way it must be ours and writable by us only (anyone
+    else who could write in it could replace what we keep there)."""
     with _dir_lock:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(path, mode)
+            os.chmod(path, mode)  # mkdir's mode is masked by the umask
+        except FileExistsError:
+            pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
         raise InfrastructureError(
-            f"sandbox uid lock dir {path} must be a directory owned by uid {os.geteuid()} and not group/world "
-            "writable; remove it or pick another lock dir"
+            f"{what} {path} must be a directory owned by uid {os.geteuid()} and not group/world "
+            "writable; remove it or pick another one"
         )
+
+
+def proc_files(name: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, contents of /proc/<pid>/<name>) for every process, skipping those gone before they were read."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/{name}", "rb") as f:
+                contents = f.read()
+        except OSError:
+            continue
+        yield int(entry), contents
+
+
+def pids_of_uid(uid: int) -> list[int]:
+    """Processes whose real uid is ``uid``."""
+    found = []
+    for pid, status in proc_files("status"):
+        for line in status.splitlines():
+            if line.startswith(b"Uid:"):
+                if int(line.split()[1]) == uid:
+                    found.append(pid)
+                break
+    return found
 
 
 def _uid_is_free_of_accounts(uid: int) -> bool:
@@ -65,7 +104,7 @@ def _uid_is_free_of_accounts(uid: int) -> bool:
 def acquire_uid_slot(base: int = DEFAULT_UID_BASE, slots: int = DEFAULT_SLOTS,
                      lock_dir: str = DEFAULT_LOCK_DIR) -> UidSlot:
     """Claim the lowest free slot; raises InfrastructureError when all are taken."""
-    _ensure_private_dir(lock_dir)
+    ensure_private_dir(lock_dir)
     for slot in range(slots):
         uid = base + slot
         path = os.path.join(lock_dir, f"uid-{uid}.lock")
@@ -75,7 +114,7 @@ def acquire_uid_slot(base: int = DEFAULT_UID_BASE, slots: int = DEFAULT_SLOTS,
         except BlockingIOError:
             os.close(fd)
             continue
-        if not _uid_is_free_of_accounts(uid):
+        if not _uid_is_free_of_accounts(uid) or pids_of_uid(uid):
             os.close(fd)
             continue
         return UidSlot(uid=uid, gid=uid, lock_fd=fd)

@@ -8,21 +8,20 @@ of the run's uid -- when the launcher does not end within ``KILL_GRACE_S``.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import selectors
 import signal
 import subprocess
 import time
-from typing import Iterator
-
 from pettingllms.core.errors import InfrastructureError
 
 from . import layers, workdir
 from .layers import FALLBACK, STRONG, LayerPlan
 from .limits import Limits
 from .result import OUTPUT_LIMIT, TIMEOUT, RunResult
-from .uids import UidSlot
+from .uids import UidSlot, pids_of_uid
 from .verdict import CappedOutput, decide_verdict, parse_event
 
 logger = logging.getLogger("pettingllms.sandbox")
@@ -32,28 +31,29 @@ KILL_GRACE_S = 5.0  # after asking the launcher to kill the tree, before we kill
 READ_CHUNK = 1 << 16
 
 
-def proc_files(name: str) -> Iterator[tuple[int, bytes]]:
-    """(pid, contents of /proc/<pid>/<name>) for every process, skipping those gone before they were read."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/{name}", "rb") as f:
-                contents = f.read()
-        except OSError:
-            continue
-        yield int(entry), contents
-
-
-def pids_of_uid(uid: int) -> list[int]:
-    found = []
-    for pid, status in proc_files("status"):
-        for line in status.splitlines():
-            if line.startswith(b"Uid:"):
-                if int(line.split()[1]) == uid:
-                    found.append(pid)
-                break
-    return found
+def config_pipe(data: bytes) -> int:
+    """The read end of a pipe that holds ``data`` and then EOF: the launcher's config, kept off the command line
+    (``/proc/<pid>/cmdline`` is readable by every uid). Written whole before the launcher starts, so it never
+    blocks; a config beyond the pipe's capacity grows the pipe or fails."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.set_blocking(write_fd, False)
+        view, grown = memoryview(data), False
+        while view:
+            try:
+                view = view[os.write(write_fd, view):]
+            except BlockingIOError:
+                if grown:
+                    raise
+                fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, len(data))
+                grown = True
+    except OSError as exc:
+        os.close(read_fd)
+        raise InfrastructureError(f"sandbox launcher config of {len(data)} bytes does not fit a pipe: {exc}; "
+                                  "pass a shorter argv") from exc
+    finally:
+        os.close(write_fd)
+    return read_fd
 
 
 class WatchedRun:
@@ -72,21 +72,38 @@ class WatchedRun:
         self.started_at: float | None = None
         self.finished_at: float | None = None
 
-    def command(self, argv: tuple[str, ...], report_fd: int, lifeline_fd: int) -> list[str]:
+    def config(self, argv: tuple[str, ...], report_fd: int, lifeline_fd: int) -> dict:
         uid = self.slot.uid if self.slot else None
-        config = layers.launcher_config(layer=self.plan.name, interpreter=self.plan.interpreter, limits=self.limits,
-                                        argv=argv, host_work_dir=self.work, uid=uid, report_fd=report_fd,
-                                        lifeline_fd=lifeline_fd)
+        return layers.launcher_config(layer=self.plan.name, interpreter=self.plan.interpreter, limits=self.limits,
+                                      argv=argv, host_work_dir=self.work, uid=uid, report_fd=report_fd,
+                                      lifeline_fd=lifeline_fd)
+
+    def command(self, config_fd: int) -> tuple[list[str], list[int]]:
+        """The launch command and the extra fds it reads. bwrap takes its own arguments from a pipe (``--args``):
+        they name the work dir, and its command line is world-readable too."""
         if self.plan.name == STRONG:
-            return layers.bwrap_argv(bwrap=self.plan.bwrap, interpreter=self.plan.interpreter, limits=self.limits,
-                                     host_work_dir=self.work, privileged=self.plan.privileged, config=config)
-        return layers.fallback_argv(interpreter=self.plan.interpreter, config=config)
+            args = layers.bwrap_argv(bwrap=self.plan.bwrap, interpreter=self.plan.interpreter, limits=self.limits,
+                                     host_work_dir=self.work, privileged=self.plan.privileged, config_fd=config_fd)
+            options, command = args[1:args.index("--")], args[args.index("--"):]  # bwrap reads only options there
+            args_fd = config_pipe(b"".join(arg.encode() + b"\0" for arg in options))
+            return [args[0], "--args", str(args_fd), *command], [args_fd]
+        return layers.fallback_argv(interpreter=self.plan.interpreter, config_fd=config_fd), []
 
     def execute(self, argv: tuple[str, ...], stdin_path: str) -> RunResult:
         report_r, report_w = os.pipe()
         lifeline_r, self._lifeline_w = os.pipe()
-        pass_fds = [report_w, lifeline_r] + ([self.slot.lock_fd] if self.slot else [])
-        cmd = self.command(argv, report_w, lifeline_r)
+        ours = [report_r, report_w, lifeline_r]  # closed here on a failed start
+        try:
+            ours.append(config_pipe(layers.encode_config(self.config(argv, report_w, lifeline_r))))
+            cmd, extra_fds = self.command(ours[-1])
+            ours += extra_fds
+        except BaseException:
+            self._close_lifeline()
+            for fd in ours:
+                os.close(fd)
+            raise
+        launch_fds = ours[1:]  # all but report_r: the launcher's (or bwrap's) to inherit, ours to close once it runs
+        pass_fds = launch_fds + ([self.slot.lock_fd] if self.slot else [])
         env = layers.program_env(home=self.work, tmpdir=self.work)
         try:
             with open(stdin_path, "rb") as stdin:
@@ -94,11 +111,11 @@ class WatchedRun:
                                         pass_fds=pass_fds, env=env, cwd=self.run_dir, start_new_session=True)
         except OSError as exc:
             self._close_lifeline()
-            for fd in (report_r, report_w, lifeline_r):
+            for fd in ours:
                 os.close(fd)
             raise InfrastructureError(f"sandbox ({self.plan.name}) could not start {cmd[0]!r}: {exc}") from exc
-        os.close(report_w)
-        os.close(lifeline_r)
+        for fd in launch_fds:
+            os.close(fd)
         try:
             self._watch(proc, report_r)
         finally:
@@ -181,6 +198,11 @@ class WatchedRun:
             self._escalate(proc)
             proc.wait()
 
+    def private_dirs(self) -> tuple[str, ...]:
+        """The shared writable dirs the launcher made private to this run (none if it never started)."""
+        started = self._event("started") or {}
+        return tuple(started.get("private_dirs") or ())
+
     def _event(self, name: str) -> dict | None:
         return next((e for e in self.events if e.get("event") == name), None)
 
@@ -219,6 +241,8 @@ class WatchedRun:
             wall_time_s=end - self.started_at,
             layer=self.plan.name,
             network_isolated=True if self.plan.name == STRONG else bool(net),
+            shared_dirs_private=self.plan.name == STRONG or (
+                bool(started.get("ipc_isolated")) and "/tmp" in (started.get("private_dirs") or ())),
             signal=exit_event.get("signal"),
             cpu_time_s=exit_event.get("cpu_s"),
             max_rss_kib=exit_event.get("maxrss_kb"),

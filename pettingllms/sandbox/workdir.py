@@ -3,6 +3,11 @@ everything the run left behind.
 
 A run dir ``pettingllms-sbx-*`` holds ``work/`` (the program's files; its cwd and HOME) and ``stdin``. File names
 may come from the model, so they are validated as relative paths without escapes.
+
+Privacy between runs: run dirs are created in ``runs_root`` (by default one directory per runner uid in the temp
+dir, ours and mode 0711: another run's uid can pass through it but not list it), a run dir is 0711 as root (its
+uid passes through to ``work/``) and 0700 otherwise, ``work/`` and everything in it belong to the run's uid alone
+(0700 / 0600), and ``stdin`` stays ours (0600; the program gets it as an open fd).
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from pettingllms.core.errors import ConfigError, InfrastructureError
 
 from . import layers
 from .layers import MAIN_FILE
+from .uids import ensure_private_dir
 
 logger = logging.getLogger("pettingllms.sandbox")
 
 RUN_DIR_PREFIX = "pettingllms-sbx-"
-WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+RUNS_ROOT_PREFIX = "pettingllms-sandbox-runs-"  # + the runner's uid, in the temp dir
 
 
 def validate_file_name(name: str) -> str:
@@ -57,8 +63,15 @@ def program_files(source: str | None, files: dict[str, str | bytes] | None) -> d
 
 # ------------------------------------------------------------------------------------------ one run dir
 
+def default_runs_root() -> str:
+    """The runner's own parent for run dirs: listable by nobody else, so runs cannot find each other."""
+    root = os.path.join(tempfile.gettempdir(), f"{RUNS_ROOT_PREFIX}{os.geteuid()}")
+    ensure_private_dir(root, 0o711, what="sandbox runs dir")
+    return root
+
+
 def create_run_dir(workdir_root: str | None) -> str:
-    return tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=workdir_root)
+    return tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=workdir_root or default_runs_root())
 
 
 def work_dir(run_dir: str) -> str:
@@ -72,20 +85,19 @@ def stdin_path(run_dir: str) -> str:
 def write_inputs(run_dir: str, files: dict[str, bytes], stdin: str | bytes) -> None:
     """The program's files into ``work/`` and its stdin into ``stdin``."""
     work = work_dir(run_dir)
-    os.mkdir(work, 0o755)
+    os.mkdir(work, 0o700)
     for name, data in files.items():
         path = os.path.join(work, name)
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        with open(path, "wb") as f:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             f.write(data)
-    with open(stdin_path(run_dir), "wb") as f:
+    with open(os.open(stdin_path(run_dir), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
         f.write(model_text_bytes(stdin) if isinstance(stdin, str) else stdin)
 
 
 def give_inputs_to(run_dir: str, uid: int) -> None:
-    """The run's private uid owns what is inside the run dir; the dir itself stays ours."""
+    """The run's private uid owns ``work/``; the run dir and ``stdin`` stay ours."""
     _chown_tree(work_dir(run_dir), uid)
-    os.chown(stdin_path(run_dir), uid, uid)
 
 
 def _chown_tree(root: str, uid: int) -> None:
@@ -126,22 +138,3 @@ def remove_tree(path: str) -> None:
         pass
     except OSError as exc:
         logger.error("sandbox could not remove its work dir %s: %s", path, exc)
-
-
-def sweep_world_writable(uid: int) -> None:
-    """Remove what the run's private uid left in world-writable dirs (fallback layer: shared /tmp)."""
-    for top in WORLD_WRITABLE_DIRS:
-        try:
-            entries = list(os.scandir(top))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    remove_tree(entry.path)
-                else:
-                    os.unlink(entry.path)
-            except OSError:
-                continue

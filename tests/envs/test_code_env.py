@@ -182,3 +182,26 @@ def test_tree_rollout_through_the_executor(make_executor):
     coder = sorted(s.reward for s in result.samples if s.agent == "coder")
     tester = sorted(s.reward for s in result.samples if s.agent == "tester")
     assert coder == [pytest.approx(4 / 3), 2.0] and tester == [0.0, 1.0]
+
+
+UID_CHECK = "import os\nprint(os.getuid() >= {base})\n"
+
+
+def test_golden_solutions_run_apart_from_the_models_programs(env, agents):
+    """A golden solution runs under a uid of the reference range, a model's program under one of the models' range:
+    never beside one another under one uid (and in pools of their own)."""
+    import os
+
+    from pettingllms.sandbox.uids import REFERENCE_UID_BASE
+
+    if os.geteuid() != 0:
+        pytest.skip("only a root runner gives programs private uids")
+    reports_reference = UID_CHECK.format(base=REFERENCE_UID_BASE)
+    problem = Problem("uids", {"question": "q", "solution": reports_reference, "test_input": ["\n"],
+                               "test_output": ["True\n"]})
+    s0 = env.reset(problem, 0)
+    tested = act(env, agents, s0, "tester", written_tests(("", "True"))).state
+    assert tested.tests.valid == (True,), "the golden solution did not run in the reference uid range"
+    coded = act(env, agents, s0, "coder", code(reports_reference)).state
+    assert coded.code.passed == 0, "a model's program ran in the reference uid range"
+    assert env.runner._get_pool() is not env.reference_runner._get_pool()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
+
+from pettingllms.core.errors import InfrastructureError
 from pettingllms.envs.common.sandbox_runner import SandboxRunner
 from pettingllms.envs.games_common.runner import tool_runner
 from pettingllms.envs.sokoban.env import SokobanEnv
@@ -65,3 +68,34 @@ def test_the_game_tool_runner_has_the_games_limits_no_cache_and_one_pool_per_pro
     assert env.runner._get_pool() is runner._get_pool()
     output = env.runner("print(input())", "board\n")
     assert (output.stdout, output.verdict) == ("board\n", "ok")
+
+
+def test_a_runner_on_the_fallback_layer_warns_once_per_process(monkeypatch, caplog):
+    import logging
+
+    from pettingllms.envs.common import sandbox_runner
+    from pettingllms.sandbox import Sandbox
+
+    monkeypatch.setattr(sandbox_runner, "_fallback_warned", sandbox_runner.threading.Event())
+    fallback, strong = Sandbox("fallback", LIMITS), Sandbox("strong", LIMITS)
+    with caplog.at_level(logging.WARNING, logger="pettingllms.envs"):
+        for sandbox in (strong, fallback, fallback):
+            try:
+                sandbox_runner.warn_once_if_fallback(sandbox)
+            except InfrastructureError:
+                pytest.skip(f"the {sandbox.requested_layer} layer does not work here")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pettingllms.envs"]
+    assert len(warnings) == 1 and "fallback layer" in warnings[0] and "docs/sandbox.md" in warnings[0]
+
+
+def test_reference_runners_use_the_reference_sandbox_and_pickle_as_such():
+    from pettingllms.sandbox import default_sandbox, reference_sandbox
+    from pettingllms.sandbox.uids import REFERENCE_UID_BASE
+
+    runner = SandboxRunner(1, LIMITS, name="test-reference", reference=True)
+    try:
+        assert runner._get_pool().sandbox is reference_sandbox() is not default_sandbox()
+        assert reference_sandbox()._run_kwargs["uid_base"] == REFERENCE_UID_BASE
+        assert pickle.loads(pickle.dumps(runner)).reference is True
+    finally:
+        runner.close()

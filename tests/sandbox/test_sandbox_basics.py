@@ -247,7 +247,7 @@ def test_strong_command_isolates_and_binds_nothing_writable(privileged):
                                            host_work_dir="/host/run/work", uid=1234 if privileged else None,
                                            report_fd=5, lifeline_fd=6)
     argv = layers_module.bwrap_argv(bwrap="/usr/bin/bwrap", interpreter=interpreter, limits=TEST_LIMITS,
-                                    host_work_dir="/host/run/work", privileged=privileged, config=config)
+                                    host_work_dir="/host/run/work", privileged=privileged, config_fd=7)
     for flag in ("--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session"):
         assert flag in argv
     assert "--bind" not in argv and "--dev-bind" not in argv  # every host path is read-only

@@ -66,3 +66,17 @@ def test_lock_dir_writable_by_others_is_refused(tmp_path):
     os.chmod(lock_dir, 0o777)
     with pytest.raises(InfrastructureError, match="not group/world"):
         acquire_uid_slot(base=BASE, slots=2, lock_dir=str(lock_dir))
+
+
+def test_a_slot_whose_uid_still_runs_processes_is_skipped(tmp_path):
+    """Survivors of a run whose runner died keep their uid: a new run under it could be signalled by them."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as another uid")
+    survivor = subprocess.Popen(["sleep", "30"], user=BASE, group=BASE, extra_groups=[])
+    try:
+        slot = acquire_uid_slot(base=BASE, slots=4, lock_dir=str(tmp_path / "locks"))
+        assert slot.uid == BASE + 1
+        slot.release()
+    finally:
+        survivor.kill()
+        survivor.wait()

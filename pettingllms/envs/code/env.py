@@ -8,7 +8,8 @@ Later turns show the coder's latest program and every mismatch between it and th
 ask each agent to refine its work.
 
 Judging (every program, the dataset's golden solution included, runs in ``pettingllms.sandbox`` through a
-bounded ``SandboxPool``; outputs are compared in this process, trailing whitespace ignored):
+bounded ``SandboxPool``, golden solutions in a pool and uid range of their own; outputs are compared in this
+process, trailing whitespace ignored):
 - the coder's program runs on the ground-truth tests (``test_input``/``test_output``): ``pass_rate``;
 - each generated test is **valid** when the golden solution (``solution`` column) run on its input prints its
   expected output. Without a golden solution validity cannot be known: no test is valid for rewards, and all
@@ -114,8 +115,11 @@ class CodeEnv(Env):
                  max_gt_tests: int = 0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
         self.max_gt_tests = max_gt_tests  # 0: all ground-truth tests
-        self.runner = SandboxRunner(sandbox_workers, Limits(wall_timeout_s=timeout_s, cpu_time_s=timeout_s,
-                                                            max_output_bytes=1 << 20))
+        limits = Limits(wall_timeout_s=timeout_s, cpu_time_s=timeout_s, max_output_bytes=1 << 20)
+        self.runner = SandboxRunner(sandbox_workers, limits, name="code-programs")
+        # Golden solutions run apart from the models' programs (own pool, own uids): a model's program must never
+        # find a reference solution of a concurrent problem.
+        self.reference_runner = SandboxRunner(sandbox_workers, limits, name="code-reference", reference=True)
 
     # ------------------------------------------------------------------ Env API
     def reset(self, problem: Problem, seed: int) -> CodeState:
@@ -176,7 +180,7 @@ class CodeEnv(Env):
         tests = tuple(t for t in tests if len(t[0]) + len(t[1]) <= MAX_TEST_CHARS)
         if not tests or state.golden is None:
             return GeneratedTests(tests, (False,) * len(tests), state.golden is not None)
-        results = self.runner.run_many(state.golden, [stdin for stdin, _ in tests])
+        results = self.reference_runner.run_many(state.golden, [stdin for stdin, _ in tests])
         valid = tuple(r.succeeded and normalise_output(r.stdout) == normalise_output(expected)
                       for r, (_, expected) in zip(results, tests))
         return GeneratedTests(tests, valid, True)

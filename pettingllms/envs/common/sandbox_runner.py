@@ -8,21 +8,44 @@
   actions, and K branches often share code or tests; the cache makes those repeats free and keeps ``step``
   deterministic for programs whose output would otherwise vary between runs.
 - A sandbox failure propagates as ``InfrastructureError``: it is never turned into a failed test or a reward.
+- ``reference=True`` runs trusted reference programs (golden solutions) in ``reference_sandbox``: a pool of their
+  own, with uids of their own, never beside or after a model's program under one uid.
+- The first runner of a process that finds the sandbox on its fallback layer logs one warning naming what the
+  fallback leaves open (docs/sandbox.md, "What is covered").
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from typing import Sequence
 
-from pettingllms.sandbox import Limits, RunResult, SandboxPool
+from pettingllms.sandbox import FALLBACK, Limits, RunResult, Sandbox, SandboxPool, default_sandbox, reference_sandbox
 from pettingllms.sandbox.judge import TestReport, judge_case
+
+logger = logging.getLogger("pettingllms.envs")
 
 CACHEABLE_OUTPUT_CHARS = 1 << 16  # bigger outputs are not kept in memory
 
-_shared_pools: dict[tuple[str, int], SandboxPool] = {}
+_shared_pools: dict[tuple[str, int, bool], SandboxPool] = {}
 _shared_pools_lock = threading.Lock()
+_fallback_warned = threading.Event()
+
+FALLBACK_WARNING = (
+    "sandbox: model-written programs run on the fallback layer (bubblewrap does not work here; see the warning "
+    "of logger pettingllms.sandbox for why). Open there and closed by the strong layer: a program can read every "
+    "world-readable file of this machine, fill the disk through its work dir, and, where the kernel refuses the "
+    "fallback's namespaces, reach host unix sockets and leave POSIX message queues behind. See docs/sandbox.md, "
+    "'What is covered'; install bubblewrap (scripts/install_system_deps.sh) to close them."
+)
+
+
+def warn_once_if_fallback(sandbox: Sandbox) -> None:
+    """One warning per process when ``sandbox`` runs on the fallback layer (probing it if needed)."""
+    if not _fallback_warned.is_set() and sandbox.layer == FALLBACK:
+        _fallback_warned.set()
+        logger.warning(FALLBACK_WARNING)
 
 
 def encodable(text: str) -> str:
@@ -42,12 +65,13 @@ class SandboxRunner:
     returning an object with ``stdout`` and ``verdict``, so tests can pass a fake)."""
 
     def __init__(self, workers: int = 4, limits: Limits | None = None, cache_size: int = 20_000, *,
-                 shared_pool: bool = False, name: str = "env-sandbox") -> None:
+                 shared_pool: bool = False, name: str = "env-sandbox", reference: bool = False) -> None:
         self.workers = workers
         self.limits = limits or Limits(wall_timeout_s=10, cpu_time_s=10, max_output_bytes=1 << 20)
         self.cache_size = cache_size
         self.shared_pool = shared_pool
         self.name = name
+        self.reference = reference
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -57,22 +81,27 @@ class SandboxRunner:
 
     def __getstate__(self) -> dict:
         return {"workers": self.workers, "limits": self.limits, "cache_size": self.cache_size,
-                "shared_pool": self.shared_pool, "name": self.name}
+                "shared_pool": self.shared_pool, "name": self.name, "reference": self.reference}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"reference": False, **state})
         self._init_runtime()
+
+    def _new_pool(self) -> SandboxPool:
+        sandbox = reference_sandbox() if self.reference else default_sandbox()
+        warn_once_if_fallback(sandbox)
+        return SandboxPool(max_workers=self.workers, sandbox=sandbox, name=self.name)
 
     def _get_pool(self) -> SandboxPool:
         if self.shared_pool:
             with _shared_pools_lock:
-                key = (self.name, self.workers)
+                key = (self.name, self.workers, self.reference)
                 if key not in _shared_pools:
-                    _shared_pools[key] = SandboxPool(max_workers=self.workers, name=self.name)
+                    _shared_pools[key] = self._new_pool()
                 return _shared_pools[key]
         with self._lock:
             if self._pool is None:
-                self._pool = SandboxPool(max_workers=self.workers, name=self.name)
+                self._pool = self._new_pool()
             return self._pool
 
     def _cached(self, key: tuple[str, str]) -> RunResult | None:
