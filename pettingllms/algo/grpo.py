@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,7 +32,7 @@ class AdvantageConfig:
 @dataclass
 class ScoredSamples:
     advantages: list[float]  # one per sample; 0 for rows outside the loss
-    in_loss: list[bool]  # False: failed generation, padding, singleton or filtered group
+    in_loss: list[bool]  # False: failed generation, dropped non-finite reward, singleton or filtered group
     metrics: dict[str, float]
 
 
@@ -41,7 +42,11 @@ def score_samples(samples: Sequence[Sample], config: AdvantageConfig) -> ScoredS
         return ScoredSamples([], [], {})
     group_ids = torch.from_numpy(group_index([s.group for s in samples]))
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-    valid = torch.tensor([not s.failed for s in samples])
+    valid = torch.tensor([s.has_reward for s in samples])
+    if not torch.isfinite(rewards[valid]).all():  # one NaN would zero the whole group's advantages, silently
+        bad = next(s for s in samples if s.has_reward and not math.isfinite(s.reward))
+        raise ValueError(f"sample of agent {bad.agent!r} (problem {bad.problem_id!r}, turn {bad.turn}) has reward "
+                         f"{bad.reward}; non-finite rewards must be stopped or dropped before grouping")
     counted = valid & _first_of_each_episode(samples) if config.unit == "episode" else valid
     stats = group_stats(rewards, group_ids, counted)
     kept_groups = keep_groups(stats, config.filter, config.filter_ratio)
@@ -54,7 +59,7 @@ def score_samples(samples: Sequence[Sample], config: AdvantageConfig) -> ScoredS
         "groups_kept": float(kept_groups.sum()),
         "groups_zero_std": float((present & (stats.std == 0)).sum()),
         "samples_in_loss": float(in_loss.sum()),
-        "samples_failed": float((~valid).sum()),
+        "samples_failed": float(sum(s.failed for s in samples)),
         "advantage_mean": float(advantages[in_loss].mean()) if in_loss.any() else 0.0,
         "advantage_abs_mean": float(advantages[in_loss].abs().mean()) if in_loss.any() else 0.0,
     }
@@ -67,7 +72,7 @@ def _first_of_each_episode(samples: Sequence[Sample]) -> torch.Tensor:
     first = []
     for sample in samples:
         key = (sample.group, sample.episode)
-        first.append(not sample.failed and key not in seen)
-        if not sample.failed:
+        first.append(sample.has_reward and key not in seen)
+        if sample.has_reward:
             seen.add(key)
     return torch.tensor(first, dtype=torch.bool)

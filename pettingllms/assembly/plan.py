@@ -70,6 +70,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
         branching=cfg.rollout.branching,
         select=cfg.rollout.select,
         alpha=cfg.reward.alpha,
+        non_finite=cfg.reward.non_finite,
         max_prompt_length=cfg.training.max_prompt_length,
         max_response_length=cfg.training.max_response_length,
     )

@@ -16,8 +16,8 @@ from omegaconf import MISSING
 
 from pettingllms.config.frozen import Freezable
 from pettingllms.core.choices import (
-    DEFAULT_LORA_TARGET_MODULES, DType, EngineKind, GroupFilter, KLType, LossAggMode, PromptFormat, RolloutMode,
-    Selection, Specialization, Tracker,
+    DEFAULT_LORA_TARGET_MODULES, DType, EngineKind, GroupFilter, KLType, LossAggMode, NonFiniteReward, PromptFormat,
+    RolloutMode, Selection, Specialization, Tracker,
 )
 
 
@@ -105,6 +105,9 @@ class RolloutConfig(Freezable):
 @dataclass
 class RewardConfig(Freezable):
     alpha: float = 1.0  # r = alpha * team + local
+    # a NaN or infinite team or local reward: error (stop, naming env, agent, turn, problem and output) | drop (out
+    # of its group, the loss and branch selection; counted as <prefix>/nonfinite_rewards)
+    non_finite: NonFiniteReward = NonFiniteReward.error
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 It checks what tree sampling relies on: the reset/step signatures, determinism under a seed, a pure ``step``
 whose branches share no mutable object, termination within ``max_turns``, rewards that are finite numbers,
-and agent parsers and observers that survive arbitrary text.
+and agent parsers and observers that survive arbitrary text. Rewards are checked where a fresh model takes them:
+from the states an episode reaches, every agent's parse, step and rewards on adversarial outputs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import copy
 import dataclasses
 import inspect
 import math
+import numbers
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -43,6 +45,25 @@ GARBAGE_RESPONSES: tuple[str, ...] = (
     "{" * 500 + "}" * 10,
     "-1e308 nan inf",
 )
+
+# What a fresh or broken model sends, tried by every agent from every state an episode reaches: nothing, noise, an
+# answer cut off, a flood, bytes that were not UTF-8 (lone surrogates, as ``surrogateescape`` decodes them), and the
+# built-in formats' tags around a wrong value (NaN, overflow, impossible moves and cells).
+ADVERSARIAL_RESPONSES: tuple[str, ...] = (
+    "",
+    "hello",
+    "The answer is \\boxed{\\frac{1}{2}",
+    "a" * 20000,
+    b"caf\xc3 \xff\xfe\x80 \\boxed{7}".decode("utf-8", "surrogateescape"),
+    "\\boxed{nan}",
+    "\\boxed{-1e999} #### inf",
+    # one program for every tool and coder agent (programs run in the sandbox: each costs a process), and tests
+    "```python\nprint(float('nan'))\n```\n**Test Input:**\n```\nnan\n```\n**Test Output:**\n```\ninf\n```",
+    "#### [\"U\", \"X\", 1e999, None]",
+    "#### [[0, 0, 99], [-1, 1000000000, 0]]",
+    "CODE: 99999999999999999999",
+)
+DRIVEN_TURNS = 2  # turns of the episode whose states the adversarial outputs are tried from
 
 
 @dataclass
@@ -191,11 +212,15 @@ def check_env(
         values = {"team_reward": env.team_reward(s0)}
         values.update({f"{r}.local_reward": ag.local_reward(s0) for r, ag in agents.items()})
         for label, v in values.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if not _finite_number(v):
                 return f"{label} returned {v!r}; rewards must be finite numbers"
         if not isinstance(env.success(s0), bool):
             return f"success() must return a bool, got {type(env.success(s0)).__name__}"
         return None
+
+    @add("adversarial outputs from reached states")
+    def _() -> str | None:
+        return _drive_adversarially(env, agents, problems[0], seed)
 
     @add("episode ends within max_turns")
     def _() -> str | None:
@@ -229,6 +254,57 @@ def check_env(
             detail = f"raised {exc!r}"
         report.results.append(CheckResult(check_name, detail is None, detail or ""))
     return report
+
+
+def _drive_adversarially(env: Env, agents: dict[str, Agent], problem: Problem, seed: int) -> str | None:
+    """Play one episode (reset, then up to DRIVEN_TURNS turns): at each (turn, stage) every acting agent's parse,
+    step, rewards and success must hold on every adversarial output from the state reached; the episode goes on
+    with each agent's best-rewarded output, as greedy tree sampling would. Returns the first failure, or None."""
+    state = env.reset(problem, seed)
+    for turn in range(min(env.max_turns, DRIVEN_TURNS)):
+        for stage in env.graph.stages(turn):
+            best: dict[str, tuple[float, Any, Transition]] = {}
+            for role in stage:
+                agent = agents[role]
+                for text in ADVERSARIAL_RESPONSES:
+                    where = f"agent {role!r} at turn {turn} of problem {problem.problem_id!r}, output {_short(text)}"
+                    try:
+                        action = agent.parse(text)
+                    except Exception as exc:
+                        return f"{role}.parse raised {exc!r} ({where})"
+                    try:
+                        step = env.step(state, role, action)
+                    except Exception as exc:
+                        return f"step raised {exc!r} ({where})"
+                    if not isinstance(step, Transition):
+                        return f"step returned {type(step).__name__}, expected Transition ({where})"
+                    team, local = env.team_reward(step.state), agent.local_reward(step.state)
+                    for label, value in (("team_reward", team), (f"{role}.local_reward", local)):
+                        if not _finite_number(value):
+                            return (f"{label} returned {value!r} ({where}); rewards must be finite numbers: return 0 "
+                                    f"or a penalty for unparseable output")
+                    if not isinstance(env.success(step.state), bool):
+                        return f"success() returned {type(env.success(step.state)).__name__}, not a bool ({where})"
+                    if role not in best or team + local > best[role][0]:
+                        best[role] = (float(team + local), action, step)
+            state, done = _apply_stage(env, stage, best)
+            if done:
+                return None
+    return None
+
+
+def _apply_stage(env: Env, stage: Sequence[str], chosen: dict[str, tuple[float, Any, Transition]]) -> tuple[Any, bool]:
+    """The stage's outcome as the executor applies it: the first agent's transition, then the others' actions."""
+    step = chosen[stage[0]][2]
+    for role in stage[1:]:
+        if step.terminated or step.truncated:
+            break
+        step = env.step(step.state, role, chosen[role][1])
+    return step.state, step.terminated or step.truncated
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -42,6 +42,9 @@ Specialization = _choice("Specialization", ("L0", "L1", "L2", "L3"))
 RolloutMode = _choice("RolloutMode", ("tree", "independent", "trajectory"))
 # Which of a node's K candidates the episode continues with.
 Selection = _choice("Selection", ("greedy", "sample", "first"))
+# What a NaN or infinite reward does: error stops the run naming the env, agent, turn, problem and output |
+# drop takes that sample out of its group, the loss and branch selection, and counts it in the step's metrics.
+NonFiniteReward = _choice("NonFiniteReward", ("error", "drop"))
 GroupFilter = _choice("GroupFilter", ("none", "dapo", "std", "mean"))
 DType = _choice("DType", ("float32", "bfloat16"))
 # auto: vLLM when the policy has GPUs, the transformers engine on CPU.

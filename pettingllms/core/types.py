@@ -110,11 +110,18 @@ class Sample:
     local_reward: float = 0.0
     adapter: str | None = None
     failed: bool = False  # failed generation: never in group statistics, never in the loss
+    # reward.non_finite=drop left it out: its reward (trajectory mode: its episode's return) was NaN or infinite
+    nonfinite_reward: bool = False
     truncated: bool = False  # response hit max_tokens
     chosen: bool = False  # this branch was continued (tree mode)
     prompt_text: str = ""
     response_text: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_reward(self) -> bool:
+        """False for a failed generation or a dropped non-finite reward: never in group statistics or the loss."""
+        return not (self.failed or self.nonfinite_reward)
 
 
 @dataclass
@@ -141,3 +148,4 @@ class EpisodeRecord:
     agent_rewards: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     transcript: list[dict[str, Any]] = field(default_factory=list)
+    nonfinite_rewards: int = 0  # NaN or infinite rewards met and dropped (reward.non_finite=drop)

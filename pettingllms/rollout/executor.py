@@ -20,11 +20,17 @@ scored on copies of another's choice. Independent mode runs K separate episodes 
 and forms one group per (p, a) over all of them: every sample of agent a in episode e is scored with the episode's
 return R_a(e) = alpha * team_reward(final state) + sum of a's local rewards in e, and the group's statistics
 count each episode once. Validation always uses independent mode.
+
+Every reward is read in one place, ``_rewards`` (a candidate's team and local reward, and an episode's final team
+reward): a NaN or infinite value stops the run there, naming the env, agent, turn, problem and output
+(``reward.non_finite=error``), or is dropped (``drop``): the candidate is never selected, and its sample is marked
+``nonfinite_reward``, which keeps it out of its group's statistics and the loss like a failed generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import random
 import time
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core.env import Agent, Env, Problem
-from pettingllms.core.choices import RolloutMode, Selection
+from pettingllms.core.choices import NonFiniteReward, RolloutMode, Selection
 from pettingllms.core.errors import ConfigError, EnvError, PromptTooLongError
 from pettingllms.core.types import (
     FINISH_LENGTH,
@@ -49,6 +55,9 @@ from pettingllms.rollout.policy_client import PolicyClient
 MODES = RolloutMode.values()
 WHOLE_EPISODE = -1  # the turn of a trajectory-mode group key: (problem slot, WHOLE_EPISODE, agent)
 SELECTIONS = Selection.values()
+NON_FINITE = NonFiniteReward.values()
+OUTPUT_EXCERPT = 200  # characters of a model output quoted in a non-finite reward's message
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class ExecutorConfig:
     alpha: float = 1.0  # weight of the team reward in every agent's reward
     max_prompt_length: int = 2048
     max_response_length: int = 512
+    non_finite: str = "error"  # a NaN or infinite reward: error (stop the run) | drop (out of groups and selection)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -83,6 +93,8 @@ class ExecutorConfig:
             raise ConfigError(f"rollout.select must be one of {SELECTIONS}, got {self.select!r}")
         if self.branching < 1:
             raise ConfigError(f"rollout.branching (K) must be >= 1, got {self.branching}")
+        if self.non_finite not in NON_FINITE:
+            raise ConfigError(f"reward.non_finite must be one of {NON_FINITE}, got {self.non_finite!r}")
 
 
 @dataclass
@@ -99,6 +111,7 @@ class _Candidate:
     transition: Transition | None = None  # None: failed generation, never stepped
     team: float = 0.0
     local: float = 0.0
+    nonfinite: bool = False  # its reward was NaN or infinite and reward.non_finite=drop: never selected
 
     @property
     def reward(self) -> float:
@@ -107,6 +120,10 @@ class _Candidate:
     @property
     def failed(self) -> bool:
         return self.transition is None
+
+    @property
+    def selectable(self) -> bool:
+        return not (self.failed or self.nonfinite)
 
 
 @dataclass
@@ -125,6 +142,7 @@ class _Node:
 class _EpisodeOutput:
     samples: list[Sample]
     record: EpisodeRecord
+    final_team_dropped: bool = False  # the final state's team reward was non-finite (drop): no return to score
 
 
 class Executor:
@@ -148,6 +166,7 @@ class Executor:
         self.clients = dict(clients)
         self.config = config
         self._env_s = 0.0
+        self._dropped: list[str] = []  # this rollout's dropped non-finite rewards, described
 
     # ----------------------------------------------------------------------------------------------- API
     def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None):
@@ -167,6 +186,7 @@ class Executor:
         mode = "independent" if validation else self.config.mode
         batcher = RequestBatcher(self.clients)
         self._env_s = 0.0
+        self._dropped = []
         start = time.perf_counter()
         if mode == "tree":
             coros = [self._episode(batcher, slot, p, s, f"p{slot}", k, validation) for slot, (p, s) in
@@ -179,6 +199,9 @@ class Executor:
             slots = [slot for slot in range(len(problems)) for _ in range(k)]
             for slot, output in zip(slots, outputs):
                 self._score_by_return(output, slot)
+        if self._dropped:
+            log.warning("dropped %d non-finite reward(s) (reward.non_finite=drop); the first: %s", len(self._dropped),
+                        self._dropped[0])
         timings = {
             "rollout_s": time.perf_counter() - start,
             "generate_s": batcher.stats.generate_s,
@@ -193,15 +216,21 @@ class Executor:
         )
 
     def _score_by_return(self, output: "_EpisodeOutput", slot: int) -> None:
-        """Trajectory mode: each agent's samples of the episode get its return and the group (slot, episode, agent)."""
+        """Trajectory mode: each agent's samples of the episode get its return and the group (slot, episode, agent).
+
+        An agent whose return is undefined (one of its rewards, or the final team reward, was non-finite and dropped)
+        has all its samples of the episode dropped."""
         team = self.config.alpha * output.record.team_reward
         local: dict[str, float] = {}
+        undefined = {s.agent for s in output.samples if s.nonfinite_reward or output.final_team_dropped}
         for sample in output.samples:
             if not sample.failed:
                 local[sample.agent] = local.get(sample.agent, 0.0) + sample.local_reward
         for sample in output.samples:
             sample.group = (slot, WHOLE_EPISODE, sample.agent)
-            if not sample.failed:
+            if sample.agent in undefined and not sample.failed:
+                sample.nonfinite_reward, sample.reward = True, 0.0
+            elif not sample.failed:
                 sample.reward = team + local[sample.agent]
 
     # ----------------------------------------------------------------------------------------------- episode
@@ -214,6 +243,7 @@ class Executor:
         terminated = truncated = False
         error = None
         turn = 0
+        dropped = 0  # non-finite rewards met and dropped in this episode
         for turn in range(self.env.max_turns):
             for stage in self.env.graph.stages(turn):
                 try:
@@ -227,8 +257,10 @@ class Executor:
                     node.chosen = self._select(node, seed, turn)
                     samples.extend(self._samples(node, slot, turn, episode, problem))
                     transcript.append(_transcript_entry(turn, node))
-                if any(node.chosen is None for node in nodes):
-                    error = "every candidate of an agent failed to generate"
+                    dropped += sum(c.nonfinite for c in node.candidates)
+                stuck = [node.agent for node in nodes if node.chosen is None]
+                if stuck:
+                    error = f"every candidate of agent {stuck[0]!r} failed to generate or had a non-finite reward"
                     truncated = True
                     break
                 state, terminated, truncated = self._apply(state, nodes, problem, turn)
@@ -239,6 +271,10 @@ class Executor:
         turns = turn + 1
         if not (terminated or truncated):
             truncated = True  # ran out of turns
+        team_reward, _, final_dropped = self._rewards(state, None, problem, turn, f"at the end of episode {episode}")
+        if final_dropped:
+            dropped += 1
+            error = "; ".join(filter(None, [error, "the final team reward was non-finite (dropped, reads 0)"]))
         record = EpisodeRecord(
             episode=episode,
             problem_id=problem.problem_id,
@@ -246,12 +282,13 @@ class Executor:
             terminated=terminated,
             truncated=truncated,
             success=bool(self.env.success(state)),
-            team_reward=float(self.env.team_reward(state)),
+            team_reward=team_reward,
             agent_rewards=_agent_totals(transcript),
             error=error,
             transcript=transcript,
+            nonfinite_rewards=dropped,
         )
-        return _EpisodeOutput(samples, record)
+        return _EpisodeOutput(samples, record, final_dropped)
 
     async def _expand(
         self,
@@ -297,13 +334,39 @@ class Executor:
         self._env_s += time.perf_counter() - start
         for c, transition in zip(live, transitions):
             c.transition = transition
-            c.team = self.config.alpha * float(self.env.team_reward(transition.state))
-            c.local = float(agent.local_reward(transition.state))
+            team, c.local, c.nonfinite = self._rewards(transition.state, agent_name, problem, turn,
+                                                       f"after output {_excerpt(c.completion.text)}")
+            c.team = self.config.alpha * team
         return candidates
+
+    def _rewards(self, state: Any, agent_name: str | None, problem: Problem, turn: int,
+                 context: str) -> tuple[float, float, bool]:
+        """(team reward, the agent's local reward, dropped) of ``state``: the one place the env's rewards are read.
+
+        ``agent_name`` None reads the team reward only (an episode's final state). A NaN or infinite value raises
+        (reward.non_finite=error) or gives (0, 0, True) (drop); ``context`` says what produced ``state``, for the
+        message."""
+        where = (f"{type(self.env).__name__} on problem {problem.problem_id!r}, turn {turn}"
+                 + (f", agent {agent_name!r}" if agent_name is not None else "") + f", {context}")
+        values = {"team_reward": _number(self.env.team_reward(state), "team_reward", where)}
+        if agent_name is not None:
+            label = f"{agent_name}.local_reward"
+            values[label] = _number(self.agents[agent_name].agent.local_reward(state), label, where)
+        team, local = values["team_reward"], values.get(f"{agent_name}.local_reward", 0.0)
+        # What enters a sample is alpha * team + local: 0 * inf is as unusable as inf itself.
+        if math.isfinite(self.config.alpha * team) and math.isfinite(local):
+            return team, local, False
+        shown = ", ".join(f"{label}={v!r}" for label, v in values.items())
+        if self.config.non_finite == "error":
+            raise EnvError(
+                f"non-finite reward {shown} ({where}). Rewards must be finite: return 0 or a penalty for "
+                f"unparseable output, or set reward.non_finite=drop to leave such samples out of training")
+        self._dropped.append(f"{shown} ({where})")
+        return 0.0, 0.0, True
 
     def _select(self, node: _Node, seed: int, turn: int) -> int | None:
         """Index of the branch to continue from; None when every candidate failed."""
-        options = [i for i, c in enumerate(node.candidates) if not c.failed]
+        options = [i for i, c in enumerate(node.candidates) if c.selectable]
         if not options:
             return None
         if self.config.select == "first":
@@ -345,12 +408,13 @@ class Executor:
                     prompt_ids=node.prompt_ids,
                     response_ids=c.completion.token_ids,
                     response_logprobs=c.completion.logprobs,
-                    reward=0.0 if c.failed else c.reward,
+                    reward=c.reward if c.selectable else 0.0,
                     temperature=node.temperature,
                     team_reward=c.team,
                     local_reward=c.local,
                     adapter=spec.adapter,
                     failed=c.failed,
+                    nonfinite_reward=c.nonfinite,
                     truncated=c.completion.finish_reason == FINISH_LENGTH,
                     chosen=k == node.chosen,
                     response_text=c.completion.text,
@@ -393,6 +457,20 @@ def _cap_tokens(sampling: SamplingParams, max_response_length: int) -> SamplingP
     return SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_response_length)
 
 
+def _number(value: Any, label: str, where: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise EnvError(f"{label} returned {value!r:.80} ({where}); rewards must be numbers") from None
+
+
+def _excerpt(text: str) -> str:
+    """A model output as a message quotes it: its start, repr-escaped, and its length when cut."""
+    if len(text) <= OUTPUT_EXCERPT:
+        return repr(text)
+    return f"{text[:OUTPUT_EXCERPT]!r}... ({len(text)} chars)"
+
+
 def _transcript_entry(turn: int, node: _Node) -> dict[str, Any]:
     chosen = node.candidates[node.chosen] if node.chosen is not None else None
     return {
@@ -403,7 +481,7 @@ def _transcript_entry(turn: int, node: _Node) -> dict[str, Any]:
         "reward": chosen.reward if chosen else None,
         "team_reward": chosen.team if chosen else None,
         "local_reward": chosen.local if chosen else None,
-        "branch_rewards": [None if c.failed else c.reward for c in node.candidates],
+        "branch_rewards": [c.reward if c.selectable else None for c in node.candidates],
         "info": dict(chosen.transition.info) if chosen and chosen.transition is not None else {},
     }
 

@@ -39,7 +39,7 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
     out: dict[str, float] = {}
     for (policy, agent), rows in sorted(by_agent.items()):
         key = f"{policy}/{agent}"
-        ok = [s for s in rows if not s.failed]
+        ok = [s for s in rows if s.has_reward]
         out[f"{key}/reward_mean"] = _mean(s.reward for s in ok)
         out[f"{key}/team_reward_mean"] = _mean(s.team_reward for s in ok)
         out[f"{key}/local_reward_mean"] = _mean(s.local_reward for s in ok)
@@ -47,6 +47,7 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         out[f"{key}/prompt_length_mean"] = _mean(len(s.prompt_ids) for s in rows)
         out[f"{key}/response_clip_ratio"] = _mean(float(s.truncated) for s in rows)
         out[f"{key}/failed_ratio"] = _mean(float(s.failed) for s in rows)
+        out[f"{key}/nonfinite_rewards"] = float(sum(s.nonfinite_reward for s in rows))
         out[f"{key}/samples"] = float(len(rows))
         returns: dict[str, float] = defaultdict(float)
         for s in ok:
@@ -55,7 +56,7 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         out[f"{key}/episode_return_mean"] = _mean(returns.get(e, 0.0) for e in episodes)
         out.update(info_metrics(ok, f"{key}/info"))
     for (policy, agent, turn), rows in sorted(by_turn.items()):
-        out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if not s.failed)
+        out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if s.has_reward)
     return out
 
 
@@ -81,6 +82,7 @@ def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") 
         f"{prefix}/team_reward_mean": _mean(e.team_reward for e in episodes),
         f"{prefix}/terminated_ratio": _mean(float(e.terminated) for e in episodes),
         f"{prefix}/error_ratio": _mean(float(e.error is not None) for e in episodes),
+        f"{prefix}/nonfinite_rewards": float(sum(e.nonfinite_rewards for e in episodes)),
     }
 
 

@@ -11,6 +11,7 @@ from tqdm import tqdm
 from pettingllms.trainer.run_dir import STEP_LOGGER
 
 HEADLINE = ("episode/success_rate", "episode/team_reward_mean", "timing/step_s")
+NONFINITE = "nonfinite_rewards"  # dropped NaN/inf rewards (reward.non_finite=drop): shown whenever there are any
 
 
 class StepProgress:
@@ -26,7 +27,11 @@ class StepProgress:
         reward = sum(rewards) / len(rewards) if rewards else float("nan")
         parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
         parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
+        if metrics.get(f"episode/{NONFINITE}"):
+            parts.append(f"{NONFINITE} {metrics[f'episode/{NONFINITE}']:.0f}")
         val = [f"{k} {v:.3f}" for k, v in metrics.items() if k.startswith("val/") and k.endswith("success_rate")]
+        val += [f"{k} {v:.0f}" for k, v in metrics.items()
+                if k.startswith("val/") and k.count("/") == 2 and k.endswith(f"/{NONFINITE}") and v]
         line = " | ".join(parts + val)
         tqdm.write(line)
         logging.getLogger(STEP_LOGGER).info(line)

@@ -111,7 +111,8 @@ def _candidate(sample: Sample, advantage: float, in_loss: bool, decode_prompt) -
     out = {"episode": sample.episode, "branch": sample.branch, "response": sample.response_text,
            "reward": sample.reward, "team_reward": sample.team_reward, "local_reward": sample.local_reward,
            "advantage": advantage, "in_loss": in_loss, "chosen": sample.chosen, "failed": sample.failed,
-           "truncated": sample.truncated, "response_tokens": len(sample.response_ids), "info": sample.info}
+           "nonfinite_reward": sample.nonfinite_reward, "truncated": sample.truncated,
+           "response_tokens": len(sample.response_ids), "info": sample.info}
     if decode_prompt is not None:  # independent mode: the K episodes of a group may have different prompts
         out["prompt"] = decode_prompt(sample.prompt_ids)
     return out

@@ -115,3 +115,13 @@ def test_score_samples_masks_failed_singletons_and_filtered_groups():
     dapo = score_samples(samples, AdvantageConfig(filter="dapo"))
     assert dapo.in_loss == [True, True, False, False, False, False]
     assert dapo.metrics["groups_kept"] == 1 and dapo.metrics["samples_failed"] == 1
+
+
+def test_a_non_finite_reward_never_reaches_the_group_statistics_silently():
+    # One NaN in a group's mean would zero every member's advantage; the executor stops or drops it first.
+    samples = [_sample((0, 0, "a"), 1.0), _sample((0, 0, "a"), 0.0), _sample((0, 0, "a"), math.nan)]
+    with pytest.raises(ValueError, match=r"agent 'a' \(problem 'q', turn 0\) has reward nan"):
+        score_samples(samples, AdvantageConfig())
+    samples[2].nonfinite_reward = True  # reward.non_finite=drop marked it: out of the group, the others keep signal
+    dropped = score_samples(samples, AdvantageConfig())
+    assert dropped.in_loss == [True, True, False] and dropped.advantages[0] > 0 > dropped.advantages[1]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from nonfinite_support import NaNOnGarbageEnv
 
-from pettingllms.envs.toy.env import TargetsEnv, TargetWriter
+from pettingllms.envs.toy.env import TargetsEnv, TargetWriter, target_score
 from pettingllms.cli import main
 from pettingllms.core import Transition
 from pettingllms.core.checker import check_env
@@ -104,3 +105,49 @@ def test_cli_exit_codes(capsys):
     assert main(["check-env", "no_such_env"]) == 1
     assert "unknown env 'no_such_env'" in capsys.readouterr().out
     assert main(["check-env", "--all"]) == 0
+
+
+def adversarial_failure(env) -> str:
+    report = check_env(env)
+    assert not report.ok
+    failures = [r for r in report.results if not r.ok and not r.detail.startswith("skipped")]
+    assert failures[0].name == "adversarial outputs from reached states", report.format()
+    return failures[0].detail
+
+
+def test_a_reward_that_is_nan_on_garbage_fails_naming_the_agent_the_output_and_the_reward(capsys):
+    # Its reset state's rewards are finite: only a state stepped with unparseable output shows the NaN.
+    detail = adversarial_failure(NaNOnGarbageEnv())
+    assert detail.startswith("team_reward returned nan (agent 'alice' at turn 0 of problem 'toy-0', output '')")
+    assert "rewards must be finite numbers" in detail
+    assert main(["check-env", f"{NaNOnGarbageEnv.__module__}:NaNOnGarbageEnv"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "team_reward returned nan" in out
+
+
+class LateNaNEnv(TargetsEnv):
+    """Finite everywhere except on a state two steps deep: alice's second-turn answer without an "a"."""
+
+    def team_reward(self, state) -> float:
+        if state.turn_steps >= 3 and target_score(state.answer("alice"), "a") == 0.0:
+            return float("nan")
+        return super().team_reward(state)
+
+
+def test_rewards_are_checked_from_states_reached_after_several_turns():
+    detail = adversarial_failure(LateNaNEnv())
+    assert "team_reward returned nan (agent 'alice' at turn 1 of" in detail
+
+
+class SurrogateEncodingParser(TargetWriter):
+    def parse(self, response):
+        return response.encode("utf-8").decode()  # lone surrogates (undecodable model bytes) cannot be encoded
+
+
+class SurrogateEnv(TargetsEnv):
+    agent_class = f"{__name__}:SurrogateEncodingParser"
+
+
+def test_a_parser_that_fails_on_undecodable_bytes_fails():
+    detail = adversarial_failure(SurrogateEnv())
+    assert detail.startswith("alice.parse raised UnicodeEncodeError(") and "output 'caf\\udcc3" in detail

@@ -51,5 +51,6 @@ def test_episode_metrics_are_team_level_only():
                 EpisodeRecord("e1", "p", 1, False, True, False, 0.0, {"alice": 1.0})]
     metrics = episode_metrics(episodes, prefix="val/bench")
     assert set(metrics) == {f"val/bench/{m}" for m in
-                            ("success_rate", "turns_mean", "team_reward_mean", "terminated_ratio", "error_ratio")}
+                            ("success_rate", "turns_mean", "team_reward_mean", "terminated_ratio", "error_ratio",
+                             "nonfinite_rewards")}
     assert metrics["val/bench/success_rate"] == 0.5 and metrics["val/bench/turns_mean"] == 1.5
