@@ -188,6 +188,7 @@ class Trainer:
         return path
 
     def _resume(self, checkpoint: Path) -> None:
+        ckpt.check_checkpoint(checkpoint)
         state = ckpt.read_trainer_state(checkpoint)
         if state["config_hash"] != self._config_hash():
             log.warning("config differs from the checkpoint's (%s); resuming anyway", checkpoint)
