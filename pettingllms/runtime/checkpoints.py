@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pettingllms.core import ConfigError, UnsafeCheckpointError
 from pettingllms.core.atomic import atomic_directory, remove_directory_aside, write_text_atomic
+from pettingllms.core.file_modes import restrict_to_owner
 
 if TYPE_CHECKING:
     import torch
@@ -51,17 +52,23 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_payload: Callable[[Path], None]) -> Path:
+def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_payload: Callable[[Path], None],
+                    *, private: bool = True) -> Path:
     """Create ``root/step_<step>`` atomically (replacing a re-run of the same step), then point ``latest`` at it.
 
     write_payload(step_dir): writes the policies' state into the (temporary) step directory, under
-    ``POLICIES_DIR`` (each policy's folder by ``save_worker_state``).
+    ``POLICIES_DIR`` (each policy's folder by ``save_worker_state``). private: the step directory and everything in
+    it are owner-only (0700 / 0600), so a copy of the checkpoint keeps out other users too; otherwise the umask's.
     """
     final = Path(root) / step_dir_name(step)
     with atomic_directory(final, replace=True) as tmp:
         write_payload(tmp)
         (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
+        if private:
+            restrict_to_owner(tmp)
     write_text_atomic(Path(root) / LATEST, final.name)
+    if private:
+        restrict_to_owner(Path(root) / LATEST)
     return final
 
 
