@@ -36,5 +36,5 @@ def test_restrict_to_owner_takes_group_and_other_bits_off_a_tree(tmp_path, umask
     (tmp_path / "a" / "b" / "f").write_text("x")
     os.chmod(tmp_path / "a" / "b" / "f", 0o755)
     restrict_to_owner(tmp_path / "a")
-    assert [stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "f")] \
-        == [0o700, 0o700, 0o700]
+    tree = (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "f")
+    assert [stat.S_IMODE(p.stat().st_mode) for p in tree] == [0o700, 0o700, 0o700]

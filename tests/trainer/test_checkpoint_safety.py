@@ -54,7 +54,8 @@ def trained_run(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def tampered(trained_run, tmp_path):
-    """A copy of the run whose checkpoint index would ``touch`` a marker file when unpickled; (step dir, index, marker)."""
+    """A copy of the run whose checkpoint index would ``touch`` a marker file when unpickled:
+    (step dir, index file, marker)."""
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
     step_dir = ckpt.latest_checkpoint(run / "checkpoints")
