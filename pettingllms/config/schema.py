@@ -174,6 +174,9 @@ class TrainingConfig(Freezable):
     seed: int = 0
     logger: List[Tracker] = field(default_factory=lambda: [Tracker.console])  # console | tensorboard | wandb
     log_dir: str = "logs"
+    # false: every run directory (training and eval) is owner-only (0700) and checkpoint files 0600; true: the
+    # umask's modes (typically readable by group and others), for run directories shared with other users
+    share_run_dir: bool = False
     save_samples_freq: int = 0  # every N steps write the step's training samples, by GRPO group, to <run>/samples/
     export_hf: bool = True  # write a Hugging Face directory per policy at the end
     plot: bool = True  # write PNG curves into the run directory at the end

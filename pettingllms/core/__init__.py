@@ -11,6 +11,7 @@ from pettingllms.core.errors import (
     RegistryError,
     NonFiniteGradientError,
     RolloutMismatchError,
+    UnsafeCheckpointError,
 )
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.registry import (
@@ -55,6 +56,7 @@ __all__ = [
     "RegistryError",
     "NonFiniteGradientError",
     "RolloutMismatchError",
+    "UnsafeCheckpointError",
     "Sample",
     "SamplingParams",
     "Transition",

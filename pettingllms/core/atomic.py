@@ -3,8 +3,9 @@
 A crash (or Ctrl-C) while writing leaves only a hidden ``.<name>.tmp-*`` entry, never a half-written target, so a
 reader that finds the target can trust it is complete. Renames within one directory are atomic on POSIX file
 systems; replacing an existing directory moves the old one aside first (a directory cannot be replaced by one
-rename), so the target is missing for an instant but never half-written. The project's one home for this
-(checkpoints, model caches, datasets). Standard library only.
+rename), so the target is missing for an instant but never half-written. The result has the mode an ordinary
+``open``/``mkdir`` would give it (the umask's), never a wider one. The project's one home for this (checkpoints,
+model caches, datasets). Standard library only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from pettingllms.core.file_modes import ordinary_mode
 
 
 @contextmanager
@@ -28,7 +31,7 @@ def atomic_file(dest: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the finished file is an ordinary one
+        os.chmod(tmp, ordinary_mode(directory=False))  # mkstemp makes it 0600; the result is an ordinary file
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -53,7 +56,7 @@ def atomic_directory(dest: str | Path, *, replace: bool) -> Iterator[Path]:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the finished directory is an ordinary folder
+    os.chmod(tmp, ordinary_mode(directory=True))  # mkdtemp makes it 0700; the result is an ordinary folder
     try:
         yield tmp
         _fsync_directory(tmp)

@@ -16,6 +16,11 @@ class ConfigError(PettingLLMsError, ValueError):
     """A configuration that cannot work (bad value, impossible layout, missing piece)."""
 
 
+class UnsafeCheckpointError(PettingLLMsError, ValueError):
+    """A checkpoint file refers to something a checkpoint never needs (a function to call, a path outside its
+    folder): it was tampered with or is foreign, and is not loaded."""
+
+
 class DataError(PettingLLMsError, ValueError):
     """A missing, empty or malformed dataset."""
 

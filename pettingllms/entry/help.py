@@ -29,6 +29,7 @@ TRAIN_KEYS = (
     ("training.max_ckpt_to_keep", "keep the newest N checkpoints (0: all)"),
     ("training.resume", "auto | none | <checkpoint dir>"),
     ("training.logger", "[console] + tensorboard, wandb"),
+    ("training.share_run_dir", "true: run dirs readable by others (default: owner-only)"),
     ("resources.use_ray", "false: workers in this process (debugging)"),
 )
 EVAL_KEYS = (

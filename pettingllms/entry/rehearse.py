@@ -104,6 +104,7 @@ def place(cfg, report: Rehearsal) -> None:
     from pettingllms.assembly.describe import describe_plan
     from pettingllms.assembly.plan import plan
     from pettingllms.runtime.group import PolicyGroup
+    from pettingllms.runtime.local_ray import start_local_ray
 
     run_plan = plan(cfg)
     specs = run_plan.worker_specs
@@ -115,10 +116,10 @@ def place(cfg, report: Rehearsal) -> None:
         return
     whole = max(1, int(-(-gpus // 1)))
     cpus = float(sum(spec.layout.cpus for spec in specs))
-    own = not ray.is_initialized()  # a caller's Ray (with logical GPUs) is used as it is
-    if own:
-        ray.init(address="local", num_gpus=whole, num_cpus=max(1, int(-(-cpus // 1))), include_dashboard=False,
-                 namespace="pettingllms-rehearse", log_to_driver=False)
+    own = None  # a caller's Ray (with logical GPUs) is used as it is
+    if not ray.is_initialized():
+        own = start_local_ray(num_gpus=whole, num_cpus=max(1, int(-(-cpus // 1))), include_dashboard=False,
+                              namespace="pettingllms-rehearse", log_to_driver=False)
     try:
         group = PolicyGroup(specs, use_ray=True, namespace="pettingllms-rehearse", setup=False)
         try:
@@ -126,8 +127,8 @@ def place(cfg, report: Rehearsal) -> None:
         finally:
             group.shutdown()
     finally:
-        if own:
-            ray.shutdown()
+        if own is not None:
+            own.stop()
     check_placements(specs, placements)
     ranks = sum(len(r) for r in placements.values())
     report.say(f"placement: {ranks} rank(s) of {len(specs)} polic{'y' if len(specs) == 1 else 'ies'} placed by Ray "

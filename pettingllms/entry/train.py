@@ -191,7 +191,7 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
             print("\n".join("    " + line for block in lines for line in block.splitlines()))
         return []
 
-    root = new_run_dir(log_dirs.pop(), "multirun")
+    root = new_run_dir(log_dirs.pop(), "multirun", shared=all(c.training.share_run_dir for c in configs))
     outcomes = []
     for index, (job, cfg) in enumerate(zip(jobs, configs)):
         job_dir = root / str(index)

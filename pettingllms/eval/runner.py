@@ -69,7 +69,7 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
             for bench in task.benchmarks:
                 check_prompts(task.plan, policies.clients, bench.problems, cfg.training.max_prompt_length,
                               f"benchmark {bench.key!r}")
-        run_dir = new_run_dir(cfg.eval.log_dir, cfg.eval.name, now=started)
+        run_dir = new_run_dir(cfg.eval.log_dir, cfg.eval.name, now=started, shared=cfg.training.share_run_dir)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
         # 3. Roll out and record, benchmark by benchmark.
         results = {}

@@ -118,10 +118,10 @@ def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[
     """Restore what ``save_sharded`` wrote (a collective), whatever the number of ranks that wrote it.
 
     Works for an FSDP learner of any world size and for a plain single-process learner: DCP reads the byte
-    ranges each destination shard needs. The optimiser ends with state for exactly the parameters that had it
-    when saved, so an adapter that had not trained yet still takes a first Adam step later.
+    ranges each destination shard needs, and nothing in the checkpoint can run code (``safe_dcp.py``). The
+    optimiser ends with state for exactly the parameters that had it when saved, so an adapter that had not
+    trained yet still takes a first Adam step later.
     """
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_optimizer_state_dict,
@@ -129,9 +129,11 @@ def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[
         set_optimizer_state_dict,
     )
 
+    from pettingllms.learner.safe_dcp import METADATA_FILE, load_dcp
+
     check_meta(learner, meta, "sharded learner state")
     path = Path(directory)
-    if not (path / ".metadata").is_file():
+    if not (path / METADATA_FILE).is_file():
         raise FileNotFoundError(f"no sharded (DCP) checkpoint in {path}")
     with_state = set(meta["optimizer_state_params"])
     state: dict[str, Any] = {"model": _trained_weights(learner)}
@@ -145,7 +147,7 @@ def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[
             get_optimizer_state_dict(learner.model, learner.optimizer)
             _drop_state_except(learner, with_state)
             state["optimizer"] = get_optimizer_state_dict(learner.model, learner.optimizer)
-        dcp.load(state, checkpoint_id=str(path))
+        load_dcp(state, path)
         set_model_state_dict(learner.model, state["model"], options=StateDictOptions(strict=False))
         if with_state:
             set_optimizer_state_dict(learner.model, learner.optimizer, state["optimizer"])

@@ -12,6 +12,10 @@
                 rank_<r>.pt         rank r's RNG state (torch's, and its engine's on engine hosts); plain tensors and
                                     numbers, loaded with ``torch.load(weights_only=True)``
 
+Nothing in a checkpoint can run code when it is loaded: the DCP shards are read through ``learner/safe_dcp.py``
+(its pickled index admits only DCP's own classes, its other entries load weights-only), the rank files load
+weights-only, and the rest is JSON. Checkpoints are shared and downloaded; a tampered one is refused.
+
 A step directory is built under a temporary name and renamed into place, then ``latest`` moves (both atomic), so
 a crash at any point leaves either the old or the new checkpoint, never a half-written one that ``latest`` names.
 ``prune_checkpoints`` keeps the newest N (``training.max_ckpt_to_keep``). DCP writes tensors from where they live
@@ -29,8 +33,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pettingllms.core import ConfigError
+from pettingllms.core import ConfigError, UnsafeCheckpointError
 from pettingllms.core.atomic import atomic_directory, remove_directory_aside, write_text_atomic
+from pettingllms.core.file_modes import restrict_to_owner
 
 if TYPE_CHECKING:
     import torch
@@ -47,17 +52,23 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_payload: Callable[[Path], None]) -> Path:
+def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_payload: Callable[[Path], None],
+                    *, private: bool = True) -> Path:
     """Create ``root/step_<step>`` atomically (replacing a re-run of the same step), then point ``latest`` at it.
 
     write_payload(step_dir): writes the policies' state into the (temporary) step directory, under
-    ``POLICIES_DIR`` (each policy's folder by ``save_worker_state``).
+    ``POLICIES_DIR`` (each policy's folder by ``save_worker_state``). private: the step directory and everything in
+    it are owner-only (0700 / 0600), so a copy of the checkpoint keeps out other users too; otherwise the umask's.
     """
     final = Path(root) / step_dir_name(step)
     with atomic_directory(final, replace=True) as tmp:
         write_payload(tmp)
         (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
+        if private:
+            restrict_to_owner(tmp)
     write_text_atomic(Path(root) / LATEST, final.name)
+    if private:
+        restrict_to_owner(Path(root) / LATEST)
     return final
 
 
@@ -162,6 +173,15 @@ def load_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     return state["engine_rng"]
 
 
+def check_checkpoint(checkpoint: Path) -> None:
+    """Refuse a step directory whose learner state would run code when loaded (``learner/safe_dcp.py``), before
+    it is handed to the workers: a refusal raised here reaches the user as one line, not wrapped by Ray."""
+    from pettingllms.learner.safe_dcp import check_dcp
+
+    for shards in sorted((Path(checkpoint) / POLICIES_DIR).glob(f"*/{SHARDS_DIR}")):
+        check_dcp(shards)
+
+
 def load_trained_weights(model: "torch.nn.Module", folder: Path, policy: str,
                          adapters: Sequence[str] = ()) -> dict[str, Any] | None:
     """Load a policy checkpoint's trained weights into a plain (unsharded) model built like the trainer's: the same
@@ -170,9 +190,9 @@ def load_trained_weights(model: "torch.nn.Module", folder: Path, policy: str,
     Returns ``{"step": learner step, "adapters": [...]}``, or None when the policy was never trained in that run
     (frozen): the model keeps its base weights. For evaluation and export.
     """
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
+    from pettingllms.learner.safe_dcp import load_dcp
     from pettingllms.learner.weights import trained_parameter_names
 
     meta = read_meta(folder, policy)
@@ -192,7 +212,9 @@ def load_trained_weights(model: "torch.nn.Module", folder: Path, policy: str,
     state = {"model": {k: v for k, v in get_model_state_dict(model).items() if k in names}}
     try:
         with _quiet_single_process():
-            dcp.load(state, checkpoint_id=str(folder / SHARDS_DIR))
+            load_dcp(state, folder / SHARDS_DIR)
+    except UnsafeCheckpointError:
+        raise
     except Exception as exc:  # noqa: BLE001 - DCP raises several types for a mismatch
         raise ConfigError(f"checkpoint weights of policy {policy!r} in {folder} do not fit the model: {exc}") from exc
     set_model_state_dict(model, state["model"], options=StateDictOptions(strict=False))

@@ -11,8 +11,9 @@ group (``runtime/placement.py``, one bundle per TP group), checked against the c
 Start-up has two phases: the actors are placed (cheap: ``placement()`` reports the node and the GPU ids Ray
 assigned), then set up (model, process group, learner, engines). ``PolicyGroup(..., setup=False)`` stops after
 the first phase, which is how the simulated-cluster tests check every script's layout without a GPU. The driver
-starts its own Ray instance in its own namespace, or joins the cluster named by ``RAY_ADDRESS``, and stops only
-the actors and placement groups it created.
+starts its own Ray instance in its own namespace, with its session files in a private directory
+(``runtime/local_ray.py``), or joins the cluster named by ``RAY_ADDRESS``, and stops only the actors and placement
+groups it created.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pettingllms.core import ConfigError, Sample
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
 from pettingllms.runtime.dispatch import EngineSetClient
 from pettingllms.runtime.engines import engine_visible_devices
+from pettingllms.runtime.local_ray import LocalRay, start_local_ray
 from pettingllms.runtime.placement import local_cpus, release, reserve, share_cpus
 from pettingllms.runtime.spec import WorkerSpec
 from pettingllms.runtime.worker import PolicyWorker
@@ -49,7 +51,8 @@ class PolicyGroup:
                  setup: bool = True):
         self.specs = {s.policy: s for s in specs}
         self.use_ray = use_ray
-        self._started_ray = False
+        self._started_ray = False  # this group called ray.init (started an instance, or joined RAY_ADDRESS)
+        self._own_ray: LocalRay | None = None  # the instance this group started, with its private session folder
         self.ranks: dict[str, list[Any]] = {}  # each policy's workers (Ray actors or objects), rank 0 first
         self.placements: dict[str, list[dict[str, Any]]] = {}  # what each rank reported, with its bundle index
         self._placement_groups: dict[str, Any] = {}
@@ -81,16 +84,17 @@ class PolicyGroup:
             address = os.environ.get("RAY_ADDRESS")
             kwargs: dict[str, Any] = {"namespace": namespace, "include_dashboard": False, "log_to_driver": True}
             if not address:
-                # "local": always a new instance of our own. Without it Ray would join whatever cluster the last
-                # `ray start` on this machine recorded in /tmp/ray, even a stopped one.
-                address = "local"
+                # Always a new instance of our own (address "local"). Without it Ray would join whatever cluster
+                # the last `ray start` on this machine recorded in /tmp/ray, even a stopped one.
                 kwargs["num_cpus"] = num_cpus or local_cpus()
                 # Ray starts workers at nice 15; ours do the compute the driver waits for, so on a shared host
                 # any other process would starve them. The raylet reads this from its environment.
                 os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(address=address, **kwargs)
+                self._own_ray = start_local_ray(**kwargs)
+            else:
+                ray.init(address=address, **kwargs)
             self._started_ray = True
-            if address != "local":
+            if address:
                 nodes = [n for n in ray.nodes() if n.get("Alive")]
                 resources = ray.cluster_resources()
                 log.info("joined the Ray cluster at %s: %d node(s), %g CPUs, %g GPUs", address, len(nodes),
@@ -219,9 +223,12 @@ class PolicyGroup:
         self.ranks = {}
         release(self._placement_groups)
         self._placement_groups = {}
-        if self._started_ray:
-            ray.shutdown()
-            self._started_ray = False
+        if self._own_ray is not None:
+            self._own_ray.stop()
+            self._own_ray = None
+        elif self._started_ray:
+            ray.shutdown()  # leaves the joined cluster (its folders are the cluster's own)
+        self._started_ray = False
 
     def _call_all(self, method: str, arg_for) -> dict:
         if self.use_ray:

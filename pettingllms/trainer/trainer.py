@@ -183,11 +183,13 @@ class Trainer:
     def save_checkpoint(self, step: int) -> Path:
         state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash()}
         path = ckpt.save_checkpoint(self.run_dir / "checkpoints", step, state,
-                                    lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)))
+                                    lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
+                                    private=not self.cfg.training.share_run_dir)
         log.info("checkpoint written: %s", path)
         return path
 
     def _resume(self, checkpoint: Path) -> None:
+        ckpt.check_checkpoint(checkpoint)
         state = ckpt.read_trainer_state(checkpoint)
         if state["config_hash"] != self._config_hash():
             log.warning("config differs from the checkpoint's (%s); resuming anyway", checkpoint)
@@ -208,7 +210,7 @@ class Trainer:
             if not (checkpoint / ckpt.STATE_FILE).is_file():
                 raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
             return checkpoint.parents[1], checkpoint
-        run = new_run_dir(t.log_dir, t.experiment_name)
+        run = new_run_dir(t.log_dir, t.experiment_name, shared=t.share_run_dir)
         (run / "config.yaml").write_text(to_yaml(self.cfg))
         return run, None
 

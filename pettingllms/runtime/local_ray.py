@@ -1,0 +1,55 @@
+"""A Ray instance of our own on this machine, with its session files in a directory only we can enter.
+
+Ray makes its temporary directory and every session folder under it world-writable (0777, no sticky bit), by
+default in the shared system temp dir: anyone on the machine, a sandboxed program included, could rename or delete
+inside them (sockets, logs, spilled objects). ``start_local_ray`` gives Ray a folder inside a fresh owner-only
+(0700) directory, ``<tmp>/pettingllms-ray-<uid>-<random>/r`` (short: Ray's unix sockets live under it, and a
+socket path may not exceed 107 bytes), and removes it when Ray stops. Joining a cluster (``RAY_ADDRESS``) uses the
+cluster's own folders and is not started here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RAY_DIR = "r"  # Ray chmods this one to 0777; the private directory above it keeps everyone else out
+
+
+@dataclass
+class LocalRay:
+    """A started instance: ``stop()`` shuts Ray down and deletes its private directory."""
+
+    private_dir: Path
+
+    @property
+    def temp_dir(self) -> Path:
+        return self.private_dir / RAY_DIR
+
+    def stop(self) -> None:
+        import ray
+
+        ray.shutdown()
+        shutil.rmtree(self.private_dir, ignore_errors=True)
+
+
+def private_ray_parent() -> Path:
+    """Where the private directories go: the system temp dir Ray itself would use."""
+    return Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+
+
+def start_local_ray(**init_kwargs: Any) -> LocalRay:
+    """``ray.init(address="local", **init_kwargs)`` with the session under a fresh private directory."""
+    import ray
+
+    private = Path(tempfile.mkdtemp(prefix=f"pettingllms-ray-{os.getuid()}-", dir=private_ray_parent()))  # 0700
+    try:
+        ray.init(address="local", _temp_dir=str(private / RAY_DIR), **init_kwargs)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return LocalRay(private)
