@@ -31,6 +31,7 @@ from pettingllms.core.errors import ConfigError
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # Sections that are dicts of user-named entries, each entry typed by a dataclass (see schema.Config).
 OPEN_SECTIONS: dict[str, type] = {"base_models": ModelConfig, "agents": AgentConfig}
+OPEN_DICT_PREFIXES = (*(f"{s}." for s in OPEN_SECTIONS), "env.options.")  # entries added without Hydra's +
 KEYS_HELP = "every key is listed in docs/training.md; `pettingllms train --dry-run` prints the resolved config"
 
 
@@ -121,13 +122,18 @@ def parse_overrides(overrides: Sequence[str]) -> list:
 
 
 def _open_dict_override(override: str) -> str:
-    """``base_models.*`` and ``agents.*`` entries may be added without Hydra's ``+``.
+    """``base_models.*``, ``agents.*`` and ``env.options.*`` entries may be added without Hydra's ``+``; a single
+    module in ``env.imports=my.module`` is a one-element list.
 
-    These sections are dicts of user-named entries; each entry is still checked field by field against its
-    dataclass (``check_known_keys``, ``to_schema``), so a typo in a field name fails at start-up all the same.
+    The sections are dicts of user-named entries, each still checked field by field against its dataclass
+    (``check_known_keys``, ``to_schema``), and options are checked against the env's or agent's constructor when the
+    run is planned (``assembly/construct.py``), so a typo in a name fails at start-up all the same.
     """
-    if override.startswith(tuple(f"{s}." for s in OPEN_SECTIONS)) and "=" in override:
+    if override.startswith(OPEN_DICT_PREFIXES) and "=" in override:
         return "++" + override
+    single_import = re.fullmatch(r"(\+{0,2}env\.imports)=([A-Za-z_][\w.]*)", override)
+    if single_import and single_import.group(2) != "null":
+        return f"{single_import.group(1)}=[{single_import.group(2)}]"
     return override
 
 

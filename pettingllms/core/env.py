@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.types import Message, Transition
@@ -104,11 +104,13 @@ def make_agents(
     env: Env,
     classes: Mapping[str, str] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    build: Callable[[str, type, dict[str, Any]], Agent] | None = None,
 ) -> dict[str, Agent]:
     """Build one agent per role of ``env.graph``.
 
     ``classes`` overrides a role's agent class (a registry name or ``"module:Class"``); ``options`` passes
-    keyword options per role.
+    keyword options per role; ``build(role, cls, options)`` constructs one agent (default ``cls(role, **options)``;
+    a run's plan checks the options and words the errors).
     """
     from pettingllms.core.registry import get_agent_class  # local: registry imports nothing from here
 
@@ -117,5 +119,6 @@ def make_agents(
     for role in env.graph.agents:
         if role not in classes:
             raise KeyError(f"{type(env).__name__} has no agent class for role {role!r}; known: {sorted(classes)}")
-        agents[role] = get_agent_class(classes[role])(role, **dict((options or {}).get(role, {})))
+        cls, role_options = get_agent_class(classes[role]), dict((options or {}).get(role, {}))
+        agents[role] = build(role, cls, role_options) if build else cls(role, **role_options)
     return agents

@@ -2,9 +2,9 @@
 
 A run directory (``logs/<experiment>/<date>/<time>``) holds the run's ``config.yaml`` and
 ``checkpoints/step_N/policies/<policy>/`` (the format is ``runtime/checkpoints.py``'s, read only through it). The
-model side of the evaluation (``specialization``, ``base_models``, ``agents``, ``env.agents``) comes from the run's
-config, so every agent gets the policy and LoRA adapter it was trained with; the task side (env, benchmarks,
-sampling) comes from the evaluation config. Weights come from the learner's DCP shards, whatever the number of
+model side of the evaluation (``specialization``, ``base_models``, ``agents``, ``env.agents``, ``env.graph``) comes
+from the run's config, so every agent gets the policy and LoRA adapter it was trained with; the task side (env,
+benchmarks, sampling) comes from the evaluation config. Weights come from the learner's DCP shards, whatever the number of
 ranks that wrote them (full weights, or the adapters under LoRA); no optimiser is built.
 """
 
@@ -59,16 +59,17 @@ RUNTIME_KEYS = ("engine", "engine_options", "num_gpus", "tensor_parallel", "num_
 def with_model_of_run(cfg: Config, run: Config) -> Config:
     """The evaluation config with the run's model side: specialization, base models, agents' policies/adapters.
 
-    Agent entries in the evaluation config replace the run's entries of the same role; ``env.agents`` set in
-    the evaluation config wins over the run's. Where a model runs is the evaluation's choice: the engine and GPU
-    keys (``RUNTIME_KEYS``) of a ``base_models`` entry come from the evaluation config's entry of that name.
+    Agent entries in the evaluation config replace the run's entries of the same role; the run's ``env.agents`` and
+    ``env.graph`` are kept unless the evaluation config sets either. Where a model runs is the evaluation's choice:
+    the engine and GPU keys (``RUNTIME_KEYS``) of a ``base_models`` entry come from the evaluation config's entry of
+    that name.
     """
     base_models = {name: evolve(model, {key: getattr(cfg.base_models[name], key) for key in RUNTIME_KEYS})
                    if name in cfg.base_models else model for name, model in run.base_models.items()}
     changes = {"specialization": run.specialization, "base_models": base_models,
                "agents": {**run.agents, **cfg.agents}}
-    if cfg.env.agents is None:
-        changes["env.agents"] = run.env.agents
+    if cfg.env.agents is None and cfg.env.graph is None:  # the agents that acted, in the run's graph
+        changes["env.agents"], changes["env.graph"] = run.env.agents, run.env.graph
     return evolve(cfg, changes)
 
 

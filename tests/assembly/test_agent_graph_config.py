@@ -1,0 +1,185 @@
+"""The agent graph and the env and agent options from the config, and the start-up errors about them, on a custom
+three-agent env (tests/auction_env.py: bidder_a, bidder_b, auctioneer; its own graph is sequential).
+
+Everything but the last test runs the plan (``check_run``, as ``--dry-run`` does) or the command line: no model
+loads. The last test trains one step with the tiny model and reads the stage order from the prompts it recorded."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from pettingllms.cli import main
+from pettingllms.config.load import compose, to_schema
+from pettingllms.core import ConfigError
+from pettingllms.core.registry import ENVS
+from pettingllms.entry.train import check_run, load_config
+
+AUCTION = "env.name=auction_env:AuctionEnv"
+BIDDERS_THEN_AUCTIONEER = "env.graph=[[bidder_a,bidder_b],auctioneer]"
+
+
+def planned(*overrides: str):
+    from pettingllms.assembly.plan import plan
+
+    return plan(load_config("train", [AUCTION, *overrides]))
+
+
+# ------------------------------------------------------------------------------------------------- env.graph
+def test_env_graph_replaces_the_env_class_graph_with_a_parallel_stage_then_a_dependent_one():
+    run_plan = planned(BIDDERS_THEN_AUCTIONEER)
+    assert run_plan.env.graph.stages(0) == (("bidder_a", "bidder_b"), ("auctioneer",))
+    assert list(run_plan.agent_specs) == ["bidder_a", "bidder_b", "auctioneer"]
+    summary = "\n".join(check_run(load_config("train", [AUCTION, BIDDERS_THEN_AUCTIONEER])))
+    assert "stages per turn: [bidder_a, bidder_b] -> [auctioneer]" in summary
+    # every stage may be a list, and the order is the config's, not the env's
+    reordered = planned("env.graph=[[auctioneer],[bidder_b,bidder_a]]").env.graph
+    assert reordered.stages(0) == (("auctioneer",), ("bidder_b", "bidder_a"))
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    ([BIDDERS_THEN_AUCTIONEER.replace("bidder_b", "bidder_c")],
+     "env.graph stage 0 names 'bidder_c', which is not an agent of env 'auction_env:AuctionEnv'. Did you mean "
+     "'bidder_b' or 'bidder_a'?"),
+    (["env.graph=[[bidder_a,bidder_b],bidder_a,auctioneer]"], "env.graph names 'bidder_a' twice"),
+    (["env.graph=[[bidder_a,bidder_b]]"],
+     "env.graph leaves out ['auctioneer'], agent(s) of env 'auction_env:AuctionEnv' (agents: ['bidder_a', "
+     "'bidder_b', 'auctioneer']); add them to a stage, or, to run without them, also set env.agents=[bidder_a,bidder_b]"),
+    (["env.graph=[[bidder_a,bidder_b]]", "env.agents=[bidder_a,bidder_b,auctioneer]"],
+     "env.graph leaves out ['auctioneer'], which env.agents="),
+    (["env.graph=[[bidder_a,bidder_b],auctioneer]", "env.agents=[bidder_a,auctioneer]"],
+     "env.graph has ['bidder_b'], which env.agents="),
+    (["env.graph=[[bidder_a,bidder_b],[]]"], "env.graph stage 1 ([]) must be an agent's name or a non-empty list"),
+])
+def test_a_wrong_env_graph_is_refused_naming_the_stage_the_agent_and_the_fix(overrides, needle, capsys):
+    assert main(["train", "--dry-run", AUCTION, *overrides]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_env_graph_may_leave_agents_out_that_env_agents_also_leaves_out():
+    run_plan = planned("env.graph=[auctioneer,bidder_a]", "env.agents=[bidder_a,auctioneer]")
+    assert run_plan.env.graph.stages(0) == (("auctioneer",), ("bidder_a",))
+    assert set(run_plan.agent_specs) == {"bidder_a", "auctioneer"}
+
+
+# ------------------------------------------------------------------------------------------------- env.agents
+def test_env_agents_in_another_order_than_the_graph_is_refused_pointing_at_env_graph(capsys):
+    assert main(["train", "--dry-run", AUCTION, "env.agents=[auctioneer,bidder_a]"]) == 2
+    err = capsys.readouterr().err
+    assert ("env.agents=['auctioneer', 'bidder_a'] lists the agents in another order than the graph of env "
+            "'auction_env:AuctionEnv', [bidder_a] -> [bidder_b] -> [auctioneer]") in err
+    assert "write env.agents=[bidder_a,auctioneer], or set the order with env.graph" in err
+
+
+@pytest.mark.parametrize("level, policies", [
+    ("L1", {"policy_0": ("bidder_a", "auctioneer")}),
+    ("L2", {"policy_0": ("bidder_a", "auctioneer")}),
+    ("L3", {"policy_bidder_a": ("bidder_a",), "policy_auctioneer": ("auctioneer",)}),
+])
+def test_env_agents_selects_the_acting_agents_at_every_level(level, policies, caplog):
+    with caplog.at_level(logging.INFO, logger="pettingllms.assembly"):
+        run_plan = planned(f"specialization={level}", "env.agents=[bidder_a,auctioneer]")
+    assert run_plan.env.graph.stages(0) == (("bidder_a",), ("auctioneer",))  # bidder_b does not act
+    assert list(run_plan.agent_specs) == ["bidder_a", "auctioneer"]
+    assert {name: p.agents for name, p in run_plan.policies.items()} == policies
+    assert "['bidder_b'] of env 'auction_env:AuctionEnv' do not" in caplog.text  # said, not silent
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["specialization=L0", "env.agents=[bidder_a,auctioneer]"], "L0 is a single agent"),
+    (["env.agents=[bidder_a,bidder_c]"], "env.agents names 'bidder_c', which is not an agent of env "
+                                         "'auction_env:AuctionEnv'. Did you mean 'bidder_b' or 'bidder_a'?"),
+    (["env.agents=[]"], "env.agents=[] selects no agent"),
+])
+def test_env_agents_that_cannot_work_are_refused(overrides, needle, capsys):
+    assert main(["train", "--dry-run", AUCTION, *overrides]) == 2
+    assert needle in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------- options
+@pytest.mark.parametrize("override, needle", [
+    ("+env.options.lyout=sealed",
+     "error: env.options.lyout: AuctionEnv has no option 'lyout'. Did you mean 'layout'? Options: layout, reserve"),
+    ("env.options.lyout=sealed", "error: env.options.lyout: AuctionEnv has no option 'lyout'"),
+    ("+env.options.max_turns=3", "error: env.options.max_turns: set env.max_turns=3 instead"),
+    ("agents.bidder_a.options.stlye=bold",
+     "error: agents.bidder_a.options.stlye: Bidder has no option 'stlye'. Did you mean 'style'? Options: style"),
+])
+def test_an_option_the_class_does_not_take_is_refused_with_close_matches(override, needle, capsys):
+    assert main(["train", "--dry-run", AUCTION, override]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_options_are_set_without_plus_and_an_env_taking_kwargs_accepts_any():
+    env = planned("env.options.layout=sealed", "agents.bidder_a.options.style=bold").env
+    assert env.layout == "sealed"
+    toy = to_schema(compose("train", ["env.name=toy_targets", "env.options.anything=1"]))  # TargetsEnv(**options)
+    assert toy.env.options == {"anything": 1}
+    check_run(toy)
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("+env.options.reserve=-1", "error: env 'auction_env:AuctionEnv' could not be built with env.max_turns=2, "
+                                "env.options={'reserve': -1}: ValueError: reserve must be >= 0, got -1"),
+    ("agents.bidder_b.options.style=loud", "error: agent 'bidder_b' (Bidder) could not be built with "
+                                           "agents.bidder_b.options={'style': 'loud'}: ValueError: style must be"),
+])
+def test_a_constructor_error_is_one_line_and_its_traceback_goes_to_the_debug_log(override, needle, capsys, caplog):
+    with caplog.at_level(logging.DEBUG, logger="pettingllms.assembly"):
+        assert main(["train", "--dry-run", AUCTION, override]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+    (record,) = [r for r in caplog.records if r.levelno == logging.DEBUG and "could not be built" in r.getMessage()]
+    assert record.exc_info and record.exc_info[0] is ValueError
+
+
+# ------------------------------------------------------------------------------------------------- env.imports
+def test_a_short_name_without_its_import_says_env_imports_may_be_missing(tmp_path, monkeypatch, capsys):
+    ENVS.names()  # the built-in envs registered, then a copy: this test's registration is undone afterwards
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    (tmp_path / "bazaar_plugin.py").write_text("from auction_env import AuctionEnv\n"
+                                               "from pettingllms.core import register_env\n"
+                                               "register_env('bazaar', AuctionEnv)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", "--dry-run", "env.name=bazaar"]) == 2
+    err = capsys.readouterr().err
+    assert ("env.name='bazaar' is not registered; if it is defined in your package, add env.imports=[your.module]"
+            in err), err
+    # a single module, not written as a list, is the one-element list it obviously means
+    assert main(["train", "--dry-run", "env.imports=bazaar_plugin", "env.name=bazaar"]) == 0, capsys.readouterr().err
+    assert load_config("train", ["env.imports=bazaar_plugin"]).env.imports == ["bazaar_plugin"]
+
+
+# ------------------------------------------------------------------------------------------------- evaluation
+def test_evaluating_a_run_keeps_its_graph_and_other_envs_drop_it():
+    from pettingllms.eval.checkpoints import with_model_of_run
+    from pettingllms.eval.tasks import config_for_env
+
+    run = load_config("train", [AUCTION, BIDDERS_THEN_AUCTIONEER])
+    evaluated = with_model_of_run(load_config("train", [AUCTION]), run)
+    assert evaluated.env.graph == [["bidder_a", "bidder_b"], "auctioneer"]
+    other, roles = config_for_env(evaluated, "toy_targets")
+    assert other.env.graph is None and roles == ("alice", "bob")
+
+
+# ------------------------------------------------------------------------------------------------- a real run
+@pytest.mark.timeout(300)
+def test_one_training_step_runs_the_parallel_stage_before_the_dependent_one(tmp_path):
+    from pettingllms.entry.train import run_training
+
+    trainer, _ = run_training("train", [
+        AUCTION, BIDDERS_THEN_AUCTIONEER, "base_models.policy_0.path=tiny-random-smollm2", "env.max_turns=1",
+        "training.total_training_steps=1", "training.train_batch_size=1", "training.max_response_length=4",
+        "training.val_freq=0", "training.val_before_train=false", "training.export_hf=false", "training.plot=false",
+        "training.save_samples_freq=1", "rollout.branching=2", "resources.use_ray=false",
+        f"training.log_dir={tmp_path}"])
+    groups = [json.loads(line) for line in (trainer.run_dir / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    prompts = {g["agent"]: g["prompt"] for g in groups if g["turn"] == 0}
+    assert set(prompts) == {"bidder_a", "bidder_b", "auctioneer"}
+    assert "Acted so far: nobody." in prompts["bidder_a"] and "Acted so far: nobody." in prompts["bidder_b"]
+    assert "Acted so far: bidder_a, bidder_b." in prompts["auctioneer"]  # after both bidders, in agent order
