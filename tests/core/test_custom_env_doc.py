@@ -159,3 +159,23 @@ def test_the_command_makes_the_current_directory_importable(tmp_path, monkeypatc
     assert sys.path[-1] == str(tmp_path)
     make_cwd_importable()
     assert sys.path.count(str(tmp_path)) == 1
+
+
+def test_the_graph_section_builds_a_mixed_graph_in_code_and_from_the_config(monkeypatch, capsys):
+    from pettingllms.core import register_env
+    from pettingllms.core.registry import ENVS
+
+    section = DOC.read_text().split("## The agent graph", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(code, str(DOC), "exec"), {})  # its asserts are the page's claims
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    (command,) = [line for line in block.splitlines() if line.strip()]
+    assert "env.graph=" in command and "--dry-run" in command
+    ENVS.names()  # the page's `auction` env is tests/auction_env.py, registered for this test only
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    from auction_env import AuctionEnv
+
+    register_env("auction", AuctionEnv)
+    assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
+    (stages,) = re.findall(r"`(stages per turn: [^`]+)`", section)
+    assert stages in capsys.readouterr().out
