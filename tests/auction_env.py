@@ -79,3 +79,16 @@ class AuctionEnv(Env):
     @classmethod
     def example_problems(cls, n=2):
         return [Problem(f"lot-{i}", {"lot": i}) for i in range(n)]
+
+
+class Appraiser(Agent):
+    """An agent class whose constructor calls the agent's name ``role`` and has a required option."""
+
+    def __init__(self, role: str, currency: str) -> None:
+        super().__init__(role, currency=currency)
+
+    def observe(self, state, turn):
+        return prompt(self.name, state)
+
+    def parse(self, response):
+        return str(response)[:50]

@@ -20,18 +20,27 @@ log = logging.getLogger("pettingllms.assembly")
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
-def check_options(cls: type, options: Mapping[str, Any], where: str, reserved: Mapping[str, str]) -> None:
-    """Raise ConfigError unless ``cls(**fixed, **options)`` can bind ``options``.
+def check_options(cls: type, options: Mapping[str, Any], where: str, *, reserved: Mapping[str, str] | None = None,
+                  positional: int = 0) -> None:
+    """Raise ConfigError unless ``cls(*first, **fixed, **options)`` can bind ``options``.
 
-    ``where`` is the config key of the options (``env.options``); ``reserved`` maps the arguments the platform
-    passes itself (``max_turns``) to what to write instead."""
+    ``where`` is the config key of the options (``env.options``); ``reserved`` maps the keyword arguments the
+    platform passes itself (``max_turns``) to what to write instead; ``positional`` counts the arguments it passes
+    by position (an agent's name), whatever the constructor calls them."""
+    reserved = reserved or {}
     for key in options:
         if key in reserved:
             raise ConfigError(f"{where}.{key}: {reserved[key]}")
     try:
-        parameters = inspect.signature(cls).parameters.values()
+        parameters = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):  # no introspectable signature: the constructor's own error will have to do
         return
+    by_position = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    first = [p for p in parameters if p.kind in by_position][:positional]
+    for p in first:
+        if p.name in options:
+            raise ConfigError(f"{where}.{p.name}: {cls.__name__} takes {p.name!r} from the run itself; rename the option")
+    parameters = [p for p in parameters if p not in first]
     named = [p.name for p in parameters if p.kind in _NAMED and p.name not in reserved]
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         for key in options:

@@ -110,7 +110,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
 
 def _build_agent(role: str, cls: type, options: dict) -> Agent:
     where = f"agents.{role}.options"
-    check_options(cls, options, where, reserved={"name": f"the agent's name is its role ({role!r}); rename the option"})
+    check_options(cls, options, where, positional=1)  # the role, as the agent's name
     return construct(cls, f"agent {role!r} ({cls.__name__})", f"{where}={options}", role, **options)
 
 

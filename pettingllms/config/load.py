@@ -261,10 +261,12 @@ def _override_for(path: str, overrides: Sequence[str]) -> str | None:
 # ----------------------------------------------------------------------------------------------- errors
 def explain(exc: BaseException) -> str:
     """Hydra's message and the OmegaConf cause under it; an unknown key becomes our message with suggestions."""
-    messages = []
+    messages, list_key = [], None
     for error in _chain(exc):
         object_type, key = getattr(error, "object_type", None), getattr(error, "key", None)
         full_key = getattr(error, "full_key", None) or ""
+        if full_key and "is not a ListConfig, list or tuple" in str(error):
+            list_key = full_key
         if (type(error).__name__ in ("ConfigAttributeError", "ConfigKeyError") and dataclasses.is_dataclass(object_type)
                 and key is not None and f"Key '{key}' not in" in str(error)):
             root = Config
@@ -276,6 +278,8 @@ def explain(exc: BaseException) -> str:
             line += f" (key {full_key})"
         if line and line not in messages:
             messages.append(line)
+    if list_key:  # a YAML scalar where the schema has a list (an override's is made a list: _open_dict_override)
+        messages.append(f"{list_key} is a list: write the value in brackets, e.g. {list_key.rsplit('.', 1)[-1]}: [x]")
     return ": ".join(messages)
 
 

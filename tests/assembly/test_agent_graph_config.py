@@ -114,6 +114,17 @@ def test_an_option_the_class_does_not_take_is_refused_with_close_matches(overrid
     assert needle in err and "Traceback" not in err, err
 
 
+def test_an_agent_class_is_checked_whatever_it_calls_the_name_the_run_passes(capsys):
+    appraiser = "agents.auctioneer.cls=auction_env:Appraiser"  # __init__(self, role, currency): currency required
+    assert main(["train", "--dry-run", AUCTION, appraiser]) == 2
+    assert ("error: agents.auctioneer.options: Appraiser needs the option 'currency': set "
+            "agents.auctioneer.options.currency=<value>") in capsys.readouterr().err
+    assert main(["train", "--dry-run", AUCTION, appraiser, "agents.auctioneer.options.role=x"]) == 2
+    assert "agents.auctioneer.options.role: Appraiser takes 'role' from the run itself" in capsys.readouterr().err
+    agent = planned(appraiser, "agents.auctioneer.options.currency=eur").agent_specs["auctioneer"].agent
+    assert agent.name == "auctioneer" and agent.options == {"currency": "eur"}
+
+
 def test_options_are_set_without_plus_and_an_env_taking_kwargs_accepts_any():
     env = planned("env.options.layout=sealed", "agents.bidder_a.options.style=bold").env
     assert env.layout == "sealed"
@@ -153,6 +164,9 @@ def test_a_short_name_without_its_import_says_env_imports_may_be_missing(tmp_pat
     # a single module, not written as a list, is the one-element list it obviously means
     assert main(["train", "--dry-run", "env.imports=bazaar_plugin", "env.name=bazaar"]) == 0, capsys.readouterr().err
     assert load_config("train", ["env.imports=bazaar_plugin"]).env.imports == ["bazaar_plugin"]
+    (tmp_path / "mine.yaml").write_text("defaults: [train, _self_]\nenv:\n  imports: bazaar_plugin\n")
+    with pytest.raises(ConfigError, match=r"env.imports is a list: write the value in brackets, e.g. imports: \[x\]"):
+        compose("mine", [], tmp_path)  # in a file, the schema's list type stands: the message says how to write it
 
 
 # ------------------------------------------------------------------------------------------------- evaluation
