@@ -48,16 +48,12 @@ class Auctioneer(Agent):
         return str(response)[:50]
 
 
-class AuctionEnv(Env):
+class AuctionRules:
+    """The auction itself; the env classes below differ only in how they take their options."""
+
     graph = AgentGraph.sequential([*BIDDERS, AUCTIONEER])
     agent_classes = {"bidder_a": "auction_env:Bidder", "bidder_b": "auction_env:Bidder",
                      AUCTIONEER: "auction_env:Auctioneer"}
-
-    def __init__(self, max_turns: int = 1, layout: str = "open", reserve: int = 0) -> None:  # no **kwargs
-        super().__init__(max_turns=max_turns)
-        if reserve < 0:
-            raise ValueError(f"reserve must be >= 0, got {reserve}")
-        self.layout, self.reserve = layout, reserve
 
     def reset(self, problem, seed):
         return AuctionState(lot=int(problem.data.get("lot", random.Random(seed).randint(1, 99))))
@@ -79,6 +75,37 @@ class AuctionEnv(Env):
     @classmethod
     def example_problems(cls, n=2):
         return [Problem(f"lot-{i}", {"lot": i}) for i in range(n)]
+
+
+class AuctionEnv(AuctionRules, Env):
+    def __init__(self, max_turns: int = 1, layout: str = "open", reserve: int = 0) -> None:  # no **kwargs
+        super().__init__(max_turns=max_turns)
+        if reserve < 0:
+            raise ValueError(f"reserve must be >= 0, got {reserve}")
+        self.layout, self.reserve = layout, reserve
+
+
+class OpenAuctionEnv(AuctionRules, Env):
+    """As in docs/custom_env.md: no ``__init__`` (``Env``'s takes ``**options``), the option read from
+    ``self.options`` and declared."""
+
+    known_options = ("layout",)
+
+    @property
+    def layout(self) -> str:
+        return self.options.get("layout", "open")
+
+
+class UndeclaredAuctionEnv(OpenAuctionEnv):
+    """The same env without the declaration: its options cannot be checked."""
+
+    known_options = None
+
+
+class UnstaffedAuctionEnv(AuctionEnv):
+    """Its graph has an auctioneer, its agent classes none."""
+
+    agent_classes = {bidder: "auction_env:Bidder" for bidder in BIDDERS}
 
 
 class Appraiser(Agent):

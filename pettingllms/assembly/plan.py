@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pettingllms.algo.grpo import AdvantageConfig
-from pettingllms.assembly.construct import check_options, construct
+from pettingllms.assembly.construct import accepted_options, check_options, construct
 from pettingllms.config.frozen import thaw
 from pettingllms.config.graph import acting_graph
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory
 from pettingllms.config.schema import Config, EvalRunConfig
-from pettingllms.core import Agent, ConfigError, Env, Problem, PromptTooLongError, RegistryError
+from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
-from pettingllms.core.registry import get_env_class, import_modules
+from pettingllms.core.registry import find_env_class, get_agent_class, import_modules
 from pettingllms.learner import KLPenalty, LearnerConfig
 from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
@@ -46,25 +46,27 @@ def build_env(cfg: Config) -> Env:
     """The env of ``env.name`` built with ``env.max_turns`` and ``env.options`` (checked against its constructor)."""
     imports = list(cfg.env.imports)
     import_modules(imports, "env.imports")  # a user's module may register its envs before lookup
-    env_cls = _env_class(cfg.env.name, imports)
+    env_cls = find_env_class(cfg.env.name, imports)
     options = thaw(cfg.env.options)
-    check_options(env_cls, options, "env.options", reserved={
+    check_options(env_cls, options, "env.options", elsewhere=_agent_option_keys(env_cls), reserved={
         "max_turns": f"set env.max_turns={options.get('max_turns')} instead (the run passes it to the env)"})
     what = f"env {cfg.env.name!r}" if ":" in cfg.env.name else f"env {cfg.env.name!r} ({env_cls.__name__})"
     return construct(env_cls, what, f"env.max_turns={cfg.env.max_turns}, env.options={options}",
                      max_turns=cfg.env.max_turns, **options)
 
 
-def _env_class(name: str, imports: Sequence[str]) -> type:
-    try:
-        return get_env_class(name)
-    except RegistryError as exc:
-        if ":" in name:
-            raise
-        hint = (f"if it is defined in your package, add env.imports=[your.module] (the module that calls "
-                f"register_env({name!r}, ...))" if not imports else
-                f"none of env.imports={imports} registered it: check the name given to register_env")
-        raise RegistryError(f"env.name={name!r} is not registered; {hint}. {exc}") from exc
+def _agent_option_keys(env_cls: type) -> dict[str, list[str]]:
+    """Option -> the ``agents.<role>.options`` keys of the env's own agents that take it: an agent's option given
+    in ``env.options`` (``one_shot`` for math) is then refused pointing at where it goes."""
+    keys: dict[str, list[str]] = {}
+    for role, name in getattr(env_cls, "agent_classes", {}).items():
+        try:
+            agent_cls = get_agent_class(name)
+        except (PettingLLMsError, ImportError):  # a broken agent class is reported when the agents are built
+            continue
+        for option in accepted_options(agent_cls, positional=1):
+            keys.setdefault(option, []).append(f"agents.{role}.options.{option}")
+    return keys
 
 
 def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:

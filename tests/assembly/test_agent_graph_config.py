@@ -125,12 +125,84 @@ def test_an_agent_class_is_checked_whatever_it_calls_the_name_the_run_passes(cap
     assert agent.name == "auctioneer" and agent.options == {"currency": "eur"}
 
 
-def test_options_are_set_without_plus_and_an_env_taking_kwargs_accepts_any():
+def test_options_are_set_without_plus():
     env = planned("env.options.layout=sealed", "agents.bidder_a.options.style=bold").env
     assert env.layout == "sealed"
-    toy = to_schema(compose("train", ["env.name=toy_targets", "env.options.anything=1"]))  # TargetsEnv(**options)
-    assert toy.env.options == {"anything": 1}
+    toy = to_schema(compose("train", ["env.name=toy_targets", "env.options.threshold=2.0"]))
+    assert toy.env.options == {"threshold": 2.0}
     check_run(toy)
+
+
+# ------------------------------------------------------------------------------------------------- known_options
+OPEN_AUCTION = "env.name=auction_env:OpenAuctionEnv"  # no __init__: Env's takes **options; known_options = (layout,)
+
+
+def test_an_env_without_init_refuses_an_option_it_does_not_declare_in_known_options(capsys):
+    from pettingllms.assembly.plan import plan
+
+    assert plan(load_config("train", [OPEN_AUCTION, "env.options.layout=sealed"])).env.layout == "sealed"
+    assert main(["train", "--dry-run", OPEN_AUCTION, "env.options.lyout=sealed"]) == 2
+    err = capsys.readouterr().err
+    assert ("error: env.options.lyout: OpenAuctionEnv has no option 'lyout'. Did you mean 'layout'? Options: layout "
+            "(those read from self.options are declared in OpenAuctionEnv.known_options)") in err, err
+
+
+def test_an_env_taking_any_option_that_declares_none_warns_once_naming_the_options(monkeypatch, caplog):
+    from pettingllms.assembly import construct
+    from pettingllms.assembly.plan import plan
+
+    monkeypatch.setattr(construct, "_warned", set())  # what earlier tests of this process warned about
+    undeclared = "env.name=auction_env:UndeclaredAuctionEnv"
+    with caplog.at_level(logging.WARNING, logger="pettingllms.assembly"):
+        plan(load_config("train", [undeclared]))  # no options: nothing to warn about
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        env = plan(load_config("train", [undeclared, "env.options.lyout=sealed"])).env
+        plan(load_config("train", [undeclared, "env.options.lyout=sealed"]))  # an evaluation builds its env twice
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith("env.options: UndeclaredAuctionEnv takes **options and does not declare which it reads"
+                              ", so lyout cannot be checked"), warning
+    assert "known_options = ('lyout',)" in warning
+    assert env.options == {"lyout": "sealed"}  # passed on, unchecked
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["env.name=math", "+env.options.one_shoot=false"],
+     "error: env.options.one_shoot: MathEnv has no option 'one_shoot'. Did you mean agents.reasoner.options.one_shot "
+     "or agents.tool.options.one_shot? Options: code_timeout_s, sandbox_workers, verify_timeout_s"),
+    (["env.name=math", "agents.reasoner.options.one_shoot=false"],
+     "error: agents.reasoner.options.one_shoot: ReasonerAgent has no option 'one_shoot'. Did you mean 'one_shot'? "
+     "Options: one_shot, strict_boxed"),
+    (["env.name=code", "agents.tester.options.max_test=2"],
+     "error: agents.tester.options.max_test: TesterAgent has no option 'max_test'. Did you mean 'max_tests'?"),
+    (["env.name=toy_targets", "env.options.anything=1"], "error: env.options.anything: TargetsEnv has no option"),
+    (["env.name=sokoban", "env.options.no_action_penalti=-1"],  # a GameEnv option, reached through **options
+     "error: env.options.no_action_penalti: SokobanEnv has no option 'no_action_penalti'. Did you mean "
+     "'no_action_penalty'?"),
+])
+def test_a_misspelt_option_of_a_built_in_env_or_agent_is_refused(overrides, needle, capsys):
+    assert main(["train", "--dry-run", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err
+
+
+def test_the_options_of_built_ins_that_configs_set_still_pass():
+    from pettingllms.assembly.plan import build_env
+
+    sokoban = build_env(load_config("train", ["env.name=sokoban", "env.options.no_action_penalty=-1",
+                                              "env.options.size=5"]))
+    assert (sokoban.no_action_penalty, sokoban.options) == (-1.0, {})
+    vault = build_env(load_config("train", ["env.name=vault", "+env.options.players=1"]))
+    assert vault.graph.agents == ("solo",)
+
+
+def test_an_agent_role_without_a_class_is_named_with_the_fix(capsys):
+    unstaffed = "env.name=auction_env:UnstaffedAuctionEnv"
+    assert main(["train", "--dry-run", unstaffed]) == 2
+    err = capsys.readouterr().err
+    assert ("error: UnstaffedAuctionEnv has no agent class for role 'auctioneer' (classes are set for ['bidder_a', "
+            "'bidder_b']): add 'auctioneer' to UnstaffedAuctionEnv.agent_classes, or set "
+            "agents.auctioneer.cls=<module:Class>") in err and "Traceback" not in err, err
+    assert main(["train", "--dry-run", unstaffed, "agents.auctioneer.cls=auction_env:Auctioneer"]) == 0
 
 
 @pytest.mark.parametrize("override, needle", [
