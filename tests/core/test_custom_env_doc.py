@@ -113,6 +113,19 @@ def test_doc_example_passes_check_env_and_rolls_out(tmp_path, monkeypatch, capsy
     assert sorted(guesser_rewards) == [0.0] * 8 + [1.0]
 
 
+def test_the_example_takes_the_option_it_declares_and_refuses_a_misspelt_one(tmp_path, monkeypatch, capsys):
+    from pettingllms.assembly.plan import build_env
+    from pettingllms.entry.train import load_config
+
+    module = install_example(tmp_path, monkeypatch)
+    env = build_env(load_config("train", [f"env.name={module}:GuessEnv", "env.options.highest=20"]))
+    assert env.reset(Problem("g"), seed=5).highest == 20
+    assert {p.data["secret"] for p in env.procedural_problems("train", 200)} == set(range(1, 21))
+    assert main(["train", "--dry-run", f"env.name={module}:GuessEnv", "env.options.hihgest=20"]) == 2
+    err = capsys.readouterr().err
+    assert "GuessEnv has no option 'hihgest'. Did you mean 'highest'?" in err, err  # as the page says
+
+
 def test_a_dataset_row_becomes_the_problem_reset_reads(tmp_path, monkeypatch):
     from pettingllms.data.problems import training_problems
 
