@@ -65,7 +65,7 @@ def make_cwd_importable() -> None:
 def check_env_command(argv: Sequence[str]) -> int:
     from pettingllms.core.checker import check_env
     from pettingllms.core.errors import PettingLLMsError
-    from pettingllms.core.registry import ENVS, get_env_class, import_modules
+    from pettingllms.core.registry import ENVS, find_env_class, import_modules
 
     parser = argparse.ArgumentParser(
         prog="pettingllms check-env", description="Environment conformance checks",
@@ -91,7 +91,7 @@ def check_env_command(argv: Sequence[str]) -> int:
     failed = []
     for name in names:
         try:
-            env_cls = get_env_class(name)
+            env_cls = find_env_class(name, modules, named="{!r}", import_with="--imports {}")
             env = env_cls(max_turns=args.max_turns) if args.max_turns else env_cls()
             report = check_env(env, seed=args.seed, name=name)
             print(report.format())

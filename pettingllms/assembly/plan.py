@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
 from pettingllms.algo.grpo import AdvantageConfig
+from pettingllms.assembly.construct import accepted_options, check_options, construct
 from pettingllms.config.frozen import thaw
+from pettingllms.config.graph import acting_graph
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory
 from pettingllms.config.schema import Config, EvalRunConfig
-from pettingllms.core import ConfigError, Env, Problem, PromptTooLongError
+from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
-from pettingllms.core.registry import get_env_class, import_modules
+from pettingllms.core.registry import find_env_class, get_agent_class, import_modules
 from pettingllms.learner import KLPenalty, LearnerConfig
 from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
@@ -23,6 +26,7 @@ from pettingllms.runtime.layout import WorkerLayout, resolve_layout
 from pettingllms.runtime.placement import local_cpus, share_cpus
 from pettingllms.runtime.spec import WorkerSpec
 
+log = logging.getLogger("pettingllms.assembly")
 PREFLIGHT_PROBLEMS = 64  # training problems whose first prompts are checked against max_prompt_length
 
 
@@ -39,12 +43,30 @@ class RunPlan:
 
 
 def build_env(cfg: Config) -> Env:
-    import_modules(cfg.env.imports, "env.imports")  # a user's module may register its envs before lookup
-    env_cls = get_env_class(cfg.env.name)
-    try:
-        return env_cls(max_turns=cfg.env.max_turns, **thaw(cfg.env.options))
-    except TypeError as exc:
-        raise ConfigError(f"env {cfg.env.name!r} rejected env.options {dict(cfg.env.options)}: {exc}") from exc
+    """The env of ``env.name`` built with ``env.max_turns`` and ``env.options`` (checked against its constructor)."""
+    imports = list(cfg.env.imports)
+    import_modules(imports, "env.imports")  # a user's module may register its envs before lookup
+    env_cls = find_env_class(cfg.env.name, imports)
+    options = thaw(cfg.env.options)
+    check_options(env_cls, options, "env.options", elsewhere=_agent_option_keys(env_cls), reserved={
+        "max_turns": f"set env.max_turns={options.get('max_turns')} instead (the run passes it to the env)"})
+    what = f"env {cfg.env.name!r}" if ":" in cfg.env.name else f"env {cfg.env.name!r} ({env_cls.__name__})"
+    return construct(env_cls, what, f"env.max_turns={cfg.env.max_turns}, env.options={options}",
+                     max_turns=cfg.env.max_turns, **options)
+
+
+def _agent_option_keys(env_cls: type) -> dict[str, list[str]]:
+    """Option -> the ``agents.<role>.options`` keys of the env's own agents that take it: an agent's option given
+    in ``env.options`` (``one_shot`` for math) is then refused pointing at where it goes."""
+    keys: dict[str, list[str]] = {}
+    for role, name in getattr(env_cls, "agent_classes", {}).items():
+        try:
+            agent_cls = get_agent_class(name)
+        except (PettingLLMsError, ImportError):  # a broken agent class is reported when the agents are built
+            continue
+        for option in accepted_options(agent_cls, positional=1):
+            keys.setdefault(option, []).append(f"agents.{role}.options.{option}")
+    return keys
 
 
 def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
@@ -52,13 +74,17 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     fit its GPUs is refused here, before anything loads (``check_memory=False`` skips it; evaluation configs, which
     train nothing, always do)."""
     env = build_env(cfg)
-    policies, agents = plan_run(cfg, env.graph.agents)
-    if cfg.env.agents is not None:
-        env.graph = env.graph.restricted_to(list(agents))
+    env_roles = env.graph.agents
+    env.graph = acting_graph(cfg.env, env.graph, f"env {cfg.env.name!r}")
+    left_out = [role for role in env_roles if role not in env.graph.agents]
+    if left_out:
+        log.info("env.agents: %s act; %s of env %r do not", list(env.graph.agents), left_out, cfg.env.name)
+    policies, agents = plan_run(cfg, env_roles, env.graph.agents)
     behaviours = make_agents(
         env,
         classes={r: a.cls for r, a in agents.items() if a.cls},
         options={r: a.options for r, a in agents.items()},
+        build=_build_agent,
     )
     agent_specs = {
         role: AgentSpec(behaviours[role], a.policy, a.train_sampling, a.val_sampling,
@@ -83,6 +109,12 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     worker_specs = worker_specs_of(cfg, policies)
     memory = check_gpu_memory(cfg, worker_specs) if check_memory and not isinstance(cfg, EvalRunConfig) else None
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory)
+
+
+def _build_agent(role: str, cls: type, options: dict) -> Agent:
+    where = f"agents.{role}.options"
+    check_options(cls, options, where, positional=1)  # the role, as the agent's name
+    return construct(cls, f"agent {role!r} ({cls.__name__})", f"{where}={options}", role, **options)
 
 
 SHARED_ADAPTER = "shared"

@@ -31,6 +31,7 @@ from pettingllms.core.errors import ConfigError
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 # Sections that are dicts of user-named entries, each entry typed by a dataclass (see schema.Config).
 OPEN_SECTIONS: dict[str, type] = {"base_models": ModelConfig, "agents": AgentConfig}
+OPEN_DICT_PREFIXES = (*(f"{s}." for s in OPEN_SECTIONS), "env.options.")  # entries added without Hydra's +
 KEYS_HELP = "every key is listed in docs/training.md; `pettingllms train --dry-run` prints the resolved config"
 
 
@@ -121,13 +122,18 @@ def parse_overrides(overrides: Sequence[str]) -> list:
 
 
 def _open_dict_override(override: str) -> str:
-    """``base_models.*`` and ``agents.*`` entries may be added without Hydra's ``+``.
+    """``base_models.*``, ``agents.*`` and ``env.options.*`` entries may be added without Hydra's ``+``; a single
+    module in ``env.imports=my.module`` is a one-element list.
 
-    These sections are dicts of user-named entries; each entry is still checked field by field against its
-    dataclass (``check_known_keys``, ``to_schema``), so a typo in a field name fails at start-up all the same.
+    The sections are dicts of user-named entries, each still checked field by field against its dataclass
+    (``check_known_keys``, ``to_schema``), and options are checked against the env's or agent's constructor when the
+    run is planned (``assembly/construct.py``), so a typo in a name fails at start-up all the same.
     """
-    if override.startswith(tuple(f"{s}." for s in OPEN_SECTIONS)) and "=" in override:
+    if override.startswith(OPEN_DICT_PREFIXES) and "=" in override:
         return "++" + override
+    single_import = re.fullmatch(r"(\+{0,2}env\.imports)=([A-Za-z_][\w.]*)", override)
+    if single_import and single_import.group(2) != "null":
+        return f"{single_import.group(1)}=[{single_import.group(2)}]"
     return override
 
 
@@ -255,10 +261,12 @@ def _override_for(path: str, overrides: Sequence[str]) -> str | None:
 # ----------------------------------------------------------------------------------------------- errors
 def explain(exc: BaseException) -> str:
     """Hydra's message and the OmegaConf cause under it; an unknown key becomes our message with suggestions."""
-    messages = []
+    messages, list_key = [], None
     for error in _chain(exc):
         object_type, key = getattr(error, "object_type", None), getattr(error, "key", None)
         full_key = getattr(error, "full_key", None) or ""
+        if full_key and "is not a ListConfig, list or tuple" in str(error):
+            list_key = full_key
         if (type(error).__name__ in ("ConfigAttributeError", "ConfigKeyError") and dataclasses.is_dataclass(object_type)
                 and key is not None and f"Key '{key}' not in" in str(error)):
             root = Config
@@ -270,6 +278,8 @@ def explain(exc: BaseException) -> str:
             line += f" (key {full_key})"
         if line and line not in messages:
             messages.append(line)
+    if list_key:  # a YAML scalar where the schema has a list (an override's is made a list: _open_dict_override)
+        messages.append(f"{list_key} is a list: write the value in brackets, e.g. {list_key.rsplit('.', 1)[-1]}: [x]")
     return ": ".join(messages)
 
 

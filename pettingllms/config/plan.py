@@ -1,6 +1,6 @@
 """Resolve a config into who-uses-which-policy: the specialization levels L0-L3, made explicit.
 
-- L0: one agent (``env.agents=[role]``) on one policy.
+- L0: one agent (``env.agents=[role]``) on one policy. At every level ``env.agents`` selects the acting agents.
 - L1: every agent on one shared policy; roles differ by prompt.
 - L2: one shared base model with one LoRA adapter per agent, named after the agent.
 - L3: one model per agent. Agents that would share a policy get their own entry (its config), named
@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from pettingllms.config.frozen import evolve, thaw
+from pettingllms.config.graph import acting_graph
 from pettingllms.config.schema import AgentConfig, Config, ModelConfig, SamplingConfig
 from pettingllms.core.choices import Specialization
 from pettingllms.core.errors import ConfigError
+from pettingllms.core.graph import AgentGraph
 from pettingllms.core.types import SamplingParams
 
 LEVELS = Specialization.values()
@@ -50,9 +52,18 @@ class PolicyPlan:
         return tuple(a for a in self.agents if a not in self.frozen_adapters)
 
 
-def plan_run(cfg: Config, env_roles: Sequence[str]) -> tuple[dict[str, PolicyPlan], dict[str, AgentPlan]]:
-    """Map every acting agent to a policy (and adapter). Raises ConfigError naming what is wrong."""
-    roles = _acting_roles(cfg, env_roles)
+def plan_run(cfg: Config, env_roles: Sequence[str], acting: Sequence[str] | None = None,
+             ) -> tuple[dict[str, PolicyPlan], dict[str, AgentPlan]]:
+    """Map every acting agent to a policy (and adapter). Raises ConfigError naming what is wrong.
+
+    ``env_roles`` are the env's agents (``agents.*`` entries must name one of them); ``acting`` are the agents that
+    act, in graph order (``config.graph.acting_graph``); None: ``env_roles`` narrowed by ``env.agents``."""
+    unknown = sorted(set(cfg.agents) - set(env_roles))
+    if unknown:
+        raise ConfigError(f"config has agents {unknown} that env {cfg.env.name!r} does not have: {list(env_roles)}")
+    if acting is None:
+        acting = acting_graph(cfg.env, AgentGraph.sequential(env_roles), f"env {cfg.env.name!r}").agents
+    roles = list(acting)
     level = cfg.specialization
     if level not in LEVELS:
         raise ConfigError(f"specialization must be one of {LEVELS}, got {level!r}")
@@ -73,18 +84,6 @@ def plan_run(cfg: Config, env_roles: Sequence[str]) -> tuple[dict[str, PolicyPla
     agents = {role: _agent_plan(role, a, level) for role, a in agent_cfgs.items()}
     policies = {name: _policy_plan(name, models[name], agents, level) for name in sorted(used)}
     return policies, agents
-
-
-def _acting_roles(cfg: Config, env_roles: Sequence[str]) -> list[str]:
-    unknown = sorted(set(cfg.agents) - set(env_roles))
-    if unknown:
-        raise ConfigError(f"config has agents {unknown} that env {cfg.env.name!r} does not have: {list(env_roles)}")
-    if cfg.env.agents is None:
-        return list(env_roles)
-    bad = [r for r in cfg.env.agents if r not in env_roles]
-    if bad or not cfg.env.agents:
-        raise ConfigError(f"env.agents={list(cfg.env.agents)} must be a non-empty subset of {list(env_roles)}")
-    return [r for r in env_roles if r in cfg.env.agents]
 
 
 def _split_shared_policies(

@@ -87,10 +87,15 @@ class EnvConfig(Freezable):
     benchmark: Any = field(default_factory=list)
     max_val_problems: int = 0  # use the first N problems of each benchmark (0 = all; procedural: 50)
     max_turns: int = 2
-    agents: Optional[List[str]] = None  # a subset of the env's roles (L0: one agent); None = all
+    # The acting agents (L0: one), in the env graph's order; the others do not act. None = all of the env's agents
+    agents: Optional[List[str]] = None
+    # The agent graph, replacing the env's: stages in order, each a list of agents acting from the same state (a plain
+    # name is a one-agent stage), e.g. [[bidder_a, bidder_b], [auctioneer]]. None = the env class's graph
+    graph: Optional[List[Any]] = None
     data_root: str = "data"
-    options: Dict[str, Any] = field(default_factory=dict)  # keyword options for the env class
-    imports: List[str] = field(default_factory=list)  # modules to import first (they may register envs)
+    options: Dict[str, Any] = field(default_factory=dict)  # keyword options for the env class, checked against it
+    # modules to import first (they may register envs); a single name is a one-element list
+    imports: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+from pettingllms.core.errors import ConfigError
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.types import Message, Transition
 
@@ -29,7 +30,14 @@ class Problem:
 
 
 class Agent(ABC):
-    """A role: turns a state into chat messages, a response into an action, and scores its own part."""
+    """A role: turns a state into chat messages, a response into an action, and scores its own part.
+
+    ``known_options`` names the options the class reads from ``self.options`` (those its ``__init__`` does not
+    name; ``Agent.__init__`` takes any): a run then refuses any other ``agents.<role>.options`` key with the close
+    matches. ``None`` (undeclared) passes the options unchecked, with a warning at start-up; ``()`` reads none.
+    """
+
+    known_options: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, name: str, **options: Any) -> None:
         self.name = name
@@ -50,12 +58,18 @@ class Agent(ABC):
 
 
 class Env(ABC):
-    """A multi-agent environment with a pure transition function."""
+    """A multi-agent environment with a pure transition function.
+
+    ``known_options`` names the options the class reads from ``self.options`` (those its ``__init__`` does not
+    name; ``Env.__init__`` takes any): a run then refuses any other ``env.options`` key with the close matches.
+    ``None`` (undeclared) passes the options unchecked, with a warning at start-up; ``()`` reads none.
+    """
 
     #: Agents acting each turn, in stages. Override per class or per instance.
     graph: ClassVar[AgentGraph]
     #: Role name -> agent registry name (or "module:Class"), used to build this env's agents.
     agent_classes: ClassVar[Mapping[str, str]]
+    known_options: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, max_turns: int = 1, **options: Any) -> None:
         if max_turns < 1:
@@ -104,11 +118,13 @@ def make_agents(
     env: Env,
     classes: Mapping[str, str] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    build: Callable[[str, type, dict[str, Any]], Agent] | None = None,
 ) -> dict[str, Agent]:
     """Build one agent per role of ``env.graph``.
 
     ``classes`` overrides a role's agent class (a registry name or ``"module:Class"``); ``options`` passes
-    keyword options per role.
+    keyword options per role; ``build(role, cls, options)`` constructs one agent (default ``cls(role, **options)``;
+    a run's plan checks the options and words the errors).
     """
     from pettingllms.core.registry import get_agent_class  # local: registry imports nothing from here
 
@@ -116,6 +132,10 @@ def make_agents(
     agents = {}
     for role in env.graph.agents:
         if role not in classes:
-            raise KeyError(f"{type(env).__name__} has no agent class for role {role!r}; known: {sorted(classes)}")
-        agents[role] = get_agent_class(classes[role])(role, **dict((options or {}).get(role, {})))
+            env_name = type(env).__name__
+            raise ConfigError(f"{env_name} has no agent class for role {role!r} (classes are set for "
+                              f"{sorted(classes)}): add {role!r} to {env_name}.agent_classes, or set "
+                              f"agents.{role}.cls=<module:Class>")
+        cls, role_options = get_agent_class(classes[role]), dict((options or {}).get(role, {}))
+        agents[role] = build(role, cls, role_options) if build else cls(role, **role_options)
     return agents

@@ -166,3 +166,19 @@ register_env: Callable[..., Any] = ENVS.register
 register_agent: Callable[..., Any] = AGENTS.register
 get_env_class = ENVS.get
 get_agent_class = AGENTS.get
+
+
+def find_env_class(name: str, imports: Sequence[str] = (), *, named: str = "env.name={!r}",
+                   import_with: str = "env.imports=[{}]") -> Any:
+    """``get_env_class(name)``; a short name that is not registered also says how to import the module that
+    registers it. ``named`` words the name (``env.name='guess'``), ``import_with`` the way this command imports
+    modules (``env.imports=[{}]`` for a run, ``--imports {}`` for check-env); ``imports`` are those it imported."""
+    try:
+        return get_env_class(name)
+    except RegistryError as exc:
+        if ":" in name:
+            raise
+        hint = (f"if it is defined in your package, add {import_with.format('your.module')} (the module that calls "
+                f"register_env({name!r}, ...))" if not imports else
+                f"none of {import_with.format(','.join(imports))} registered it: check the name given to register_env")
+        raise RegistryError(f"{named.format(name)} is not registered; {hint}. {exc}") from exc

@@ -22,7 +22,10 @@ from pettingllms.config.load import parse_overrides
 from pettingllms.config.schema import Config, EvalRunConfig
 from pettingllms.eval.tasks import SAMPLING_KEYS
 
-MODEL_KEYS = ("specialization", "base_models", "agents", "env.agents")
+MODEL_KEYS = ("specialization", "base_models", "agents", "env.agents", "env.graph")
+# The acting agents and their stages are one setting: a command line that sets either takes neither from the run
+# (env.graph must name exactly the agents env.agents lets act).
+ACTING_KEYS = ("env.agents", "env.graph")
 ENV_KEYS = ("env.name", "env.imports", "env.options", "env.benchmark", "env.max_val_problems", "env.max_turns",
             "env.data_root")
 RUN_KEYS = (*MODEL_KEYS, *ENV_KEYS, "reward.alpha", "training.max_response_length")
@@ -44,7 +47,9 @@ def with_settings_of_run(cfg: EvalRunConfig, run: Config, user_keys: Collection[
     """``cfg`` with every ``RUN_KEYS`` value of ``run`` that ``user_keys`` leave open, and the eval sampling keys
     they leave open set to None (each agent's ``val_sampling``)."""
     other_env = _covered("env.name", user_keys) and cfg.env.name != run.env.name
-    keys = [k for k in RUN_KEYS if not (other_env and k in ENV_KEYS) and not _covered(k, user_keys)]
+    acting_set = any(_covered(k, user_keys) for k in ACTING_KEYS)
+    keys = [k for k in RUN_KEYS if not (other_env and k in (*ENV_KEYS, *ACTING_KEYS))
+            and not (acting_set and k in ACTING_KEYS) and not _covered(k, user_keys)]
     changes: dict[str, Any] = {key: _get(run, key) for key in keys}
     if "base_models" in changes:  # where a model runs is the evaluation's choice
         changes["base_models"] = {

@@ -148,6 +148,7 @@ def config_for_env(cfg: Config, env_name: str) -> tuple[Config, tuple[str, ...]]
     changes = {"env.name": env_name, "env.agents": None, "agents": {}}
     if env_name != cfg.env.name:
         changes["env.options"] = {}  # options are keyword arguments of env.name's class
+        changes["env.graph"] = None  # and env.graph names env.name's agents
     if cfg.env.max_turns <= 0:
         changes["env.max_turns"] = default_max_turns(env_name)
     roles = build_env(evolve(cfg, changes)).graph.agents

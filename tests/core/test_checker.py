@@ -151,3 +151,18 @@ class SurrogateEnv(TargetsEnv):
 def test_a_parser_that_fails_on_undecodable_bytes_fails():
     detail = adversarial_failure(SurrogateEnv())
     assert detail.startswith("alice.parse raised UnicodeEncodeError(") and "output 'caf\\udcc3" in detail
+
+
+def test_check_env_says_how_to_import_a_short_name_that_is_not_registered(tmp_path, monkeypatch, capsys):
+    ENVS.names()  # the built-in envs registered, then a copy: this test's registration is undone afterwards
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    (tmp_path / "bazaar_envs.py").write_text("from pettingllms.core import register_env\n"
+                                             "from pettingllms.envs.toy.env import TargetsEnv\n"
+                                             "register_env('bazaar', TargetsEnv)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["check-env", "bazaar"]) == 1
+    assert ("'bazaar' is not registered; if it is defined in your package, add --imports your.module (the module "
+            "that calls register_env('bazaar', ...))") in capsys.readouterr().out
+    assert main(["check-env", "--imports", "json", "bazaar"]) == 1
+    assert "none of --imports json registered it: check the name given to register_env" in capsys.readouterr().out
+    assert main(["check-env", "--imports", "bazaar_envs", "bazaar"]) == 0, capsys.readouterr().out

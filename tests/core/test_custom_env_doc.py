@@ -139,6 +139,19 @@ def test_doc_example_passes_check_env_and_rolls_out(tmp_path, monkeypatch, capsy
     assert sorted(guesser_rewards) == [0.0] * 8 + [1.0]
 
 
+def test_the_example_takes_the_option_it_declares_and_refuses_a_misspelt_one(tmp_path, monkeypatch, capsys):
+    from pettingllms.assembly.plan import build_env
+    from pettingllms.entry.train import load_config
+
+    module = install_example(tmp_path, monkeypatch)
+    env = build_env(load_config("train", [f"env.name={module}:GuessEnv", "env.options.highest=20"]))
+    assert env.reset(Problem("g"), seed=5).highest == 20
+    assert {p.data["secret"] for p in env.procedural_problems("train", 200)} == set(range(1, 21))
+    assert main(["train", "--dry-run", f"env.name={module}:GuessEnv", "env.options.hihgest=20"]) == 2
+    err = capsys.readouterr().err
+    assert "GuessEnv has no option 'hihgest'. Did you mean 'highest'?" in err, err  # as the page says
+
+
 def test_a_dataset_row_becomes_the_problem_reset_reads(tmp_path, monkeypatch):
     from pettingllms.data.problems import training_problems
 
@@ -185,3 +198,23 @@ def test_the_command_makes_the_current_directory_importable(tmp_path, monkeypatc
     assert sys.path[-1] == str(tmp_path)
     make_cwd_importable()
     assert sys.path.count(str(tmp_path)) == 1
+
+
+def test_the_graph_section_builds_a_mixed_graph_in_code_and_from_the_config(monkeypatch, capsys):
+    from pettingllms.core import register_env
+    from pettingllms.core.registry import ENVS
+
+    section = DOC.read_text().split("## The agent graph", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(code, str(DOC), "exec"), {})  # its asserts are the page's claims
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    (command,) = [line for line in block.splitlines() if line.strip()]
+    assert "env.graph=" in command and "--dry-run" in command
+    ENVS.names()  # the page's `auction` env is tests/auction_env.py, registered for this test only
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    from auction_env import AuctionEnv
+
+    register_env("auction", AuctionEnv)
+    assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
+    (stages,) = re.findall(r"`(stages per turn: [^`]+)`", section)
+    assert stages in capsys.readouterr().out

@@ -65,6 +65,7 @@ ONE_SHOT = [
 class ArithDuoEnv(Env):
     graph = AgentGraph.sequential(["solver", "checker"])
     agent_classes = {"solver": "arith.solver", "checker": "arith.checker"}
+    known_options = ()
     domain = "math"
 
     def __init__(self, max_turns: int = 2, max_operand: int = 20, train_pool: int = 0, **options: Any) -> None:
@@ -106,6 +107,8 @@ class ArithDuoEnv(Env):
 
 
 class Solver(Agent):
+    known_options = ()
+
     def observe(self, state: ArithState, turn: int) -> list[Message]:
         content = f"{state.question} Put the final answer in \\boxed{{}}."
         if turn > 0:
@@ -120,6 +123,8 @@ class Solver(Agent):
 
 
 class Checker(Agent):
+    known_options = ()
+
     def observe(self, state: ArithState, turn: int) -> list[Message]:
         content = (
             f"{state.question} A teammate answered {state.solver}. Check it and give the correct final answer "

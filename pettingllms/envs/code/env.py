@@ -109,6 +109,7 @@ class CodeState:
 class CodeEnv(Env):
     graph = AgentGraph.parallel([CODER, TESTER])
     agent_classes = {CODER: "pettingllms.envs.code.env:CoderAgent", TESTER: "pettingllms.envs.code.env:TesterAgent"}
+    known_options = ()
     domain = "code"
 
     def __init__(self, max_turns: int = 5, timeout_s: float = 5.0, sandbox_workers: int = 4,
@@ -224,6 +225,8 @@ def _previous_work(state: CodeState) -> str:
 
 
 class CoderAgent(Agent):
+    known_options = ()
+
     def observe(self, state: CodeState, turn: int) -> list[Message]:
         instruction = ("Write a complete Python 3 program that reads the input from standard input (input() or "
                        "sys.stdin) and prints the answer to standard output. Answer with **Code:** followed by one "
@@ -242,6 +245,8 @@ class CoderAgent(Agent):
 
 class TesterAgent(Agent):
     """Option ``max_tests`` (default 3): test cases read from one response."""
+
+    known_options = ("max_tests",)
 
     __test__ = False  # not a pytest class, despite the name
 

@@ -52,6 +52,8 @@ def _tool_report(state: GameState) -> str:
 class ToolAgent(Agent):
     """Writes a solver program; ``parse`` returns its code (or None)."""
 
+    known_options = ()
+
     def observe(self, state: GameState, turn: int) -> list[Message]:
         del turn
         user = (
@@ -76,6 +78,8 @@ class ToolAgent(Agent):
 
 class PlanAgent(Agent):
     """Decides the real actions; ``parse`` returns the answer text after the last ``####`` (or None)."""
+
+    known_options = ()
 
     def observe(self, state: GameState, turn: int) -> list[Message]:
         del turn

@@ -118,6 +118,7 @@ class GameEnv(Env):
 
     graph = AgentGraph.sequential([TOOL, PLAN])
     agent_classes = {TOOL: "pettingllms.envs.games_common.agents:ToolAgent", PLAN: "pettingllms.envs.games_common.agents:PlanAgent"}
+    known_options = ()
     game: Game
 
     def __init__(

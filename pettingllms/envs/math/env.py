@@ -88,6 +88,7 @@ def make_problem(problem_id: str, question: str, answer: str) -> Problem:
 class MathEnv(Env):
     graph = AgentGraph.parallel([REASONER, TOOL])
     agent_classes = {REASONER: "pettingllms.envs.math.env:ReasonerAgent", TOOL: "pettingllms.envs.math.env:ToolAgent"}
+    known_options = ()
     domain = "math"
 
     def __init__(self, max_turns: int = 4, code_timeout_s: float = 10.0, sandbox_workers: int = 4,
@@ -224,6 +225,8 @@ class ReasonerAgent(Agent):
     """Options: ``one_shot`` (default True) prepends a worked example; ``strict_boxed`` (default False) reads only
     ``\\boxed{}`` answers."""
 
+    known_options = ("one_shot", "strict_boxed")
+
     def observe(self, state: MathState, turn: int) -> list[Message]:
         content = f"Problem: {state.question}\n"
         if turn == 0 or (state.reasoner is None and state.tool is None):
@@ -246,6 +249,8 @@ class ReasonerAgent(Agent):
 
 class ToolAgent(Agent):
     """Options: ``one_shot`` (default True) prepends a worked example."""
+
+    known_options = ("one_shot",)
 
     def observe(self, state: MathState, turn: int) -> list[Message]:
         content = f"Problem: {state.question}\n"

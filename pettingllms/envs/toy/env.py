@@ -44,6 +44,7 @@ class TargetsEnv(Env):
     graph = AgentGraph.sequential(["alice", "bob"])
     agent_class = "toy.target_writer"  # every role uses it; subclasses may swap it
     agent_classes = {"alice": agent_class, "bob": agent_class}
+    known_options = ()
 
     def __init__(
         self,
@@ -90,6 +91,8 @@ class TargetsEnv(Env):
 
 class TargetWriter(Agent):
     """Asks for text; the action is the raw response text."""
+
+    known_options = ()
 
     def observe(self, state: TargetsState, turn: int) -> list[Message]:
         others = [f"{a} said: {t}" for a, t in state.answers if a != self.name]

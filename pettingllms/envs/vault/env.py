@@ -72,6 +72,7 @@ def parse_code(text: str) -> str:
 class VaultEnv(Env):
     graph = AgentGraph.sequential([READER, OPENER])
     agent_classes = {READER: "vault.reader", OPENER: "vault.opener", SOLO: "vault.solo"}
+    known_options = ()
     domain = "games"
 
     def __init__(self, max_turns: int = 2, players: int = 2, **options: Any) -> None:
@@ -125,6 +126,8 @@ OPENER_EXAMPLE: list[Message] = [
 
 
 class Reader(Agent):
+    known_options = ()
+
     def observe(self, state: VaultState, turn: int) -> list[Message]:
         content = READER_ASK.format(card=state.card)
         if state.attempt is not None and not state.opened:
@@ -139,6 +142,8 @@ class Reader(Agent):
 
 
 class Opener(Agent):
+    known_options = ()
+
     def observe(self, state: VaultState, turn: int) -> list[Message]:
         message = (state.message or "").strip() or "(nothing)"
         content = OPENER_ASK.format(message=message, half=state.opener_half)
@@ -160,6 +165,8 @@ SOLO_EXAMPLE: list[Message] = [
 
 class Solo(Agent):
     """Both roles in one agent: it reads the card and combines the halves."""
+
+    known_options = ()
 
     def observe(self, state: VaultState, turn: int) -> list[Message]:
         content = SOLO_ASK.format(card=state.card, half=state.opener_half)
