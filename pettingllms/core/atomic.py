@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from pettingllms.core.disk_full import disk_full_error
+from pettingllms.core.disk_full import INTERRUPTS, disk_full_error
 from pettingllms.core.errors import DiskFullError
 
 _LEFTOVER = re.compile(r"\..+\.(?:tmp|old)-[^/]+")  # mkstemp/mkdtemp names below: .<name>.tmp-* and .<name>.old-*
@@ -119,8 +119,8 @@ def remove_directory_aside(path: str | Path) -> None:
 
 
 def _out_of_room(exc: BaseException, dest: Path) -> DiskFullError | None:
-    if isinstance(exc, DiskFullError) or not isinstance(exc, Exception):
-        return None  # already named by an inner write; or an interrupt, not a failed write
+    if isinstance(exc, (DiskFullError, *INTERRUPTS)):
+        return None  # already named by an inner write; or a stop, not a failed write
     return disk_full_error(exc, dest)
 
 

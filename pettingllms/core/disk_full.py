@@ -48,14 +48,17 @@ def disk_full_error(exc: BaseException, path: str | Path) -> DiskFullError | Non
     return DiskFullError(f"{cause} while writing {path} ({room})")
 
 
+INTERRUPTS = (KeyboardInterrupt, SystemExit, GeneratorExit)  # a stop, not a failed write
+
+
 @contextmanager
 def naming_a_full_disk(path: str | Path) -> Iterator[None]:
     """Re-raise a write that ran out of room inside the block as a ``DiskFullError`` naming ``path``."""
     try:
         yield
-    except DiskFullError:
+    except (DiskFullError, *INTERRUPTS):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # torch's CheckpointException derives from BaseException
         full = disk_full_error(exc, path)
         if full is None:
             raise

@@ -109,7 +109,8 @@ def write_run_config(run_dir: Path, text: str) -> Path | None:
         while (run_dir / f"config.{n}.yaml").exists():
             n += 1
         kept = run_dir / f"config.{n}.yaml"
-        shutil.copyfile(path, kept)  # a copy, so that config.yaml is never missing
+        with naming_a_full_disk(kept):
+            shutil.copyfile(path, kept)  # a copy, so that config.yaml is never missing
     write_text_atomic(path, text)
     return kept
 

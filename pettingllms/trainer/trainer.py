@@ -304,7 +304,7 @@ class Trainer:
         """train.log gets the error that stopped the run, where it stopped, and (for an error, not an interrupt) the
         traceback. Not the console: the CLI prints the error's one line there."""
         if self._file_log is not None:
-            trace = exc if isinstance(exc, Exception) else None
+            trace = None if isinstance(exc, (KeyboardInterrupt, SystemExit)) else exc
             logging.getLogger(RECORD_LOGGER).error("the run stopped %s: %s: %s", where, type(exc).__name__, exc,
                                                    exc_info=trace)
 
