@@ -15,7 +15,7 @@ from pettingllms.cli import main
 from pettingllms.core import DataError
 from pettingllms.entry.train import run_training
 from pettingllms.envs.toy.env import TargetsEnv
-from pettingllms.trainer.run_dir import truncate_summary
+from pettingllms.trainer.run_dir import attach_file_logger, detach_file_logger, truncate_summary
 from test_lifecycle_and_logs import TINY
 
 
@@ -104,3 +104,15 @@ def test_a_damaged_summary_line_before_the_last_names_the_file_and_line(tmp_path
     path.write_text('{"step": 1}\n{"step": 2, "x": \n{"step": 3}\n')
     with pytest.raises(DataError, match=r"summary.log line 2 is not JSON .*delete that line"):
         truncate_summary(tmp_path, 3)
+
+
+def test_a_train_log_that_cannot_be_written_says_so_once(tmp_path, capsys):
+    file_log = attach_file_logger(tmp_path)
+    try:
+        file_log.handler.stream = (tmp_path / "train.log").open("rb")  # refuses every write, as a full disk would
+        for n in range(3):
+            logging.getLogger("pettingllms.trainer").warning("record %d", n)
+    finally:
+        detach_file_logger(file_log)
+    err = capsys.readouterr().err
+    assert err.count(f"warning: cannot write {tmp_path / 'train.log'}") == 1 and "Logging error" not in err
