@@ -28,8 +28,6 @@ logging.getLogger(STEP_LOGGER).propagate = False
 # run (the console prints the error's one line).
 RECORD_LOGGER = "pettingllms.record"
 logging.getLogger(RECORD_LOGGER).propagate = False
-CONFIG_FILE = "config.yaml"
-SUMMARY_FILE = "summary.log"
 
 
 def find_resumable_run(log_dir: str | Path, experiment: str) -> Path | None:
@@ -100,7 +98,7 @@ def write_run_config(run_dir: Path, text: str) -> Path | None:
     """Write ``config.yaml``. When a resumed run's config differs from the one there, that one is first copied to
     ``config.<n>.yaml`` (n = 1, 2, ...: the run's earlier starts, oldest first; none is ever overwritten). Returns
     the copy, or None."""
-    path = run_dir / CONFIG_FILE
+    path = run_dir / "config.yaml"
     kept = None
     if path.is_file():
         if path.read_text() == text:
@@ -119,17 +117,17 @@ def read_json_lines(path: Path) -> list[tuple[dict, int, int]]:
     """(row, byte offset where its line starts, where it ends) of a JSON-lines metric log such as summary.log. A
     torn last line (a run stopped while writing it) is dropped with a warning naming the file and line; a bad line
     before the last one is a DataError."""
-    lines, start = [], 0
-    for line in path.read_bytes().splitlines(keepends=True):
+    lines, start = [], 0  # (line number in the file, its bytes, its offset) of every non-blank line
+    for number, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
         if line.strip():
-            lines.append((line, start))
+            lines.append((number, line, start))
         start += len(line)
     rows = []
-    for number, (line, offset) in enumerate(lines, 1):
+    for number, line, offset in lines:
         try:
             rows.append((json.loads(line), offset, offset + len(line)))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if number < len(lines):
+            if number < lines[-1][0]:
                 raise DataError(f"{path} line {number} is not JSON ({exc}); the file is damaged: delete that line "
                                 "and the ones after it") from exc
             log.warning("%s: dropping its torn last line %d (the run stopped while writing it)", path, number)
@@ -139,7 +137,7 @@ def read_json_lines(path: Path) -> list[tuple[dict, int, int]]:
 def truncate_summary(run_dir: Path, last_step: int) -> None:
     """On resume, cut summary.log after the checkpoint's step: the lines of later steps (they will be written
     again) and a torn last line go. In place: a truncation needs no free space."""
-    path = run_dir / SUMMARY_FILE
+    path = run_dir / "summary.log"
     if not path.exists():
         return
     rows = read_json_lines(path)
