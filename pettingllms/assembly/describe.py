@@ -5,9 +5,9 @@ from __future__ import annotations
 from pettingllms.assembly.plan import RunPlan
 
 
-def describe_plan(run_plan: RunPlan) -> str:
-    """Env, agents -> policy/adapter, and policies (model, dtype, LoRA, engine, ranks), one line each; with GPUs,
-    the GPU memory plan after them.
+def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
+    """Env, agents -> policy/adapter, and policies (model, dtype, LoRA, engine, ranks), one line each; with GPUs
+    (and ``memory``), the GPU memory plan after them.
 
     env:      arith_duo (ArithDuoEnv), max_turns 2, stages per turn: [solver] -> [checker]
     rollout:  tree, K=4, select greedy
@@ -24,12 +24,19 @@ def describe_plan(run_plan: RunPlan) -> str:
         f"stages per turn: {stages}",
         f"rollout:  {ex.mode}, K={ex.branching}, select {ex.select}, reward = {ex.alpha:g} x team + local",
     ]
-    for role, spec in run_plan.agent_specs.items():
-        adapter = f" (adapter {spec.adapter})" if spec.adapter else ""
-        lines.append(f"agent:    {role} -> {spec.policy}{adapter}, {'trainable' if spec.trainable else 'frozen'}")
+    lines += describe_agents(run_plan)
     for worker in run_plan.worker_specs:
         policy = run_plan.policies[worker.policy]
         lines.append(f"policy:   {worker.describe()}; agents {', '.join(policy.agents)}")
-    if run_plan.memory is not None:  # policies on GPUs: the per-GPU memory plan (assembly/memory.py)
+    if memory and run_plan.memory is not None:  # policies on GPUs: the per-GPU memory plan (assembly/memory.py)
         lines.append(run_plan.memory.describe())
     return "\n".join(lines)
+
+
+def describe_agents(run_plan: RunPlan) -> list[str]:
+    """One line per agent: the policy it uses, its LoRA adapter (L2), trainable or frozen."""
+    lines = []
+    for role, spec in run_plan.agent_specs.items():
+        adapter = f" (adapter {spec.adapter})" if spec.adapter else ""
+        lines.append(f"agent:    {role} -> {spec.policy}{adapter}, {'trainable' if spec.trainable else 'frozen'}")
+    return lines

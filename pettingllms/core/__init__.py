@@ -4,6 +4,7 @@ from pettingllms.core.env import Agent, Env, Problem
 from pettingllms.core.errors import (
     ConfigError,
     DataError,
+    DiskFullError,
     EnvError,
     InfrastructureError,
     PettingLLMsError,
@@ -42,6 +43,7 @@ __all__ = [
     "Completion",
     "ConfigError",
     "DataError",
+    "DiskFullError",
     "Env",
     "EnvError",
     "EpisodeRecord",

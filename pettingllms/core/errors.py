@@ -33,6 +33,11 @@ class EnvError(PettingLLMsError, RuntimeError):
     """An environment crashed or broke its contract."""
 
 
+class DiskFullError(PettingLLMsError, OSError):
+    """A write failed for lack of room: a full disk, a quota, or a file size limit. The message names which, the
+    path and the free bytes there."""
+
+
 class InfrastructureError(PettingLLMsError, RuntimeError):
     """Something outside the model's control failed (sandbox, engine). Never scored as a wrong answer."""
 

@@ -18,6 +18,9 @@ weights-only, and the rest is JSON. Checkpoints are shared and downloaded; a tam
 
 A step directory is built under a temporary name and renamed into place, then ``latest`` moves (both atomic), so
 a crash at any point leaves either the old or the new checkpoint, never a half-written one that ``latest`` names.
+A crash leaves the hidden temporary folder (``.step_N.tmp-*``) behind; ``remove_unfinished`` clears such folders when
+the run resumes. A write that runs out of room raises ``DiskFullError`` (the cause, where, the free bytes), removes
+its temporary folder and leaves ``latest`` as it was.
 ``prune_checkpoints`` keeps the newest N (``training.max_ckpt_to_keep``). DCP writes tensors from where they live
 (no device-side copy of the optimizer state) and reshards on load, so a checkpoint written by N ranks resumes on M
 ranks, in one process, or loads into a plain model for evaluation and export (``load_trained_weights``). The trainer
@@ -28,13 +31,14 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pettingllms.core import ConfigError, UnsafeCheckpointError
-from pettingllms.core.atomic import atomic_directory, remove_directory_aside, write_text_atomic
+from pettingllms.core import ConfigError, DiskFullError, UnsafeCheckpointError
+from pettingllms.core.atomic import atomic_directory, leftovers, remove_directory_aside, write_text_atomic
 from pettingllms.core.file_modes import restrict_to_owner
 
 if TYPE_CHECKING:
@@ -61,15 +65,42 @@ def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_
     it are owner-only (0700 / 0600), so a copy of the checkpoint keeps out other users too; otherwise the umask's.
     """
     final = Path(root) / step_dir_name(step)
-    with atomic_directory(final, replace=True) as tmp:
-        write_payload(tmp)
-        (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
+    try:
+        with atomic_directory(final, replace=True) as tmp:
+            write_payload(tmp)
+            (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
+            if private:
+                restrict_to_owner(tmp)
+        write_text_atomic(Path(root) / LATEST, final.name)
         if private:
-            restrict_to_owner(tmp)
-    write_text_atomic(Path(root) / LATEST, final.name)
-    if private:
-        restrict_to_owner(Path(root) / LATEST)
+            restrict_to_owner(Path(root) / LATEST)
+    except DiskFullError as exc:
+        good = latest_checkpoint(root)
+        kept = f"the last good checkpoint, {good.name}, is kept ({LATEST} is unchanged)" if good else "none was before"
+        raise DiskFullError(f"checkpoint {final.name} was not written: {exc}; {kept}. Free some space, then resume "
+                            "(training.resume=auto)") from exc
     return final
+
+
+def remove_unfinished(root: Path) -> list[tuple[str, int]]:
+    """Delete the temporary and half-deleted folders (``.step_N.tmp-*``, ``.step_N.old-*``) that a process stopped
+    while writing or pruning left in ``root``. Returns (name, bytes) of each. Call it before this run writes a
+    checkpoint; nothing is deleted while ``latest`` names a missing step (a replaced step's only copy may be one
+    of them)."""
+    found = leftovers(root)
+    pointer = Path(root) / LATEST
+    if not found or (pointer.is_file() and latest_checkpoint(root) is None):
+        return []
+    removed = []
+    for path in found:
+        if path.is_dir():
+            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            shutil.rmtree(path, ignore_errors=True)
+        else:  # a half-written `latest` pointer
+            size = path.stat().st_size
+            path.unlink(missing_ok=True)
+        removed.append((path.name, size))
+    return removed
 
 
 def prune_checkpoints(root: Path, keep: int) -> list[Path]:

@@ -6,8 +6,6 @@ before training) are points on the same panels. Per-agent panels draw one line p
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -15,8 +13,7 @@ from pathlib import Path
 from typing import Iterable
 
 from pettingllms.core import DataError
-
-log = logging.getLogger("pettingllms.trainer")
+from pettingllms.trainer.run_dir import read_json_lines
 
 _NAME = r"[^/]+"
 _NOT_AGENT = r"(?!(?:val|episode|timing|data)/)"  # top-level namespaces that are not policies
@@ -69,7 +66,7 @@ class PlotResult:
 
 
 def read_summary(run_dir: str | Path) -> list[dict]:
-    """The rows of ``<run_dir>/summary.log``. A half-written last line (a killed run) is skipped."""
+    """The rows of ``<run_dir>/summary.log``. A torn last line (a stopped run) is dropped with a warning."""
     run_dir = Path(run_dir)
     path = run_dir / "summary.log"
     if not path.is_file():
@@ -79,16 +76,7 @@ def read_summary(run_dir: str | Path) -> list[dict]:
             f"{run_dir} has no summary.log: pass a run directory written by `pettingllms train` "
             f"(logs/<experiment_name>/<date>/<time>/){hint}"
         )
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    rows = []
-    for number, line in enumerate(lines, 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            if number == len(lines):
-                log.warning("%s: skipping the unfinished last line %d", path, number)
-                continue
-            raise DataError(f"{path} line {number} is not JSON ({exc}); the file is damaged") from exc
+    rows = [row for row, _, _ in read_json_lines(path)]
     if not rows:
         raise DataError(f"{path} is empty: the run has not logged a step yet")
     return rows

@@ -1,21 +1,33 @@
 """The run directory: ``logs/<experiment>/<date>/<time>/`` with train.log, summary.log (JSON lines),
-config.yaml, checkpoints/, validate/ and (``training.save_samples_freq``) samples/."""
+config.yaml (and the configs of earlier starts, config.<n>.yaml), checkpoints/, validate/ and
+(``training.save_samples_freq``) samples/."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import logging
+import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from pettingllms.assembly.run_dirs import LOGGER_NAME
-from pettingllms.core import EpisodeRecord, Sample
+from pettingllms.core import DataError, EpisodeRecord, Sample
+from pettingllms.core.atomic import write_text_atomic
+from pettingllms.core.disk_full import naming_a_full_disk
+
+log = logging.getLogger("pettingllms.trainer")
 
 # One line per training step. Not propagated: the console shows the step line through the progress bar instead.
 STEP_LOGGER = "pettingllms.steps"
 logging.getLogger(STEP_LOGGER).propagate = False
+# What only the record needs: the run plan at the top of train.log, and the traceback of an error that stopped the
+# run (the console prints the error's one line).
+RECORD_LOGGER = "pettingllms.record"
+logging.getLogger(RECORD_LOGGER).propagate = False
 
 
 def find_resumable_run(log_dir: str | Path, experiment: str) -> Path | None:
@@ -41,11 +53,23 @@ class FileLog:
     captured_warnings: bool
 
 
+class _RunLogHandler(logging.FileHandler):
+    """A train.log that cannot be written (a full disk) says so once on stderr, instead of a traceback per record."""
+
+    failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if not self.failed:
+            self.failed = True
+            sys.stderr.write(f"warning: cannot write {self.baseFilename}: {sys.exc_info()[1]}; its records are lost "
+                             "while this lasts (the console keeps its own)\n")
+
+
 def attach_file_logger(run_dir: Path) -> FileLog:
     """Write ``<run_dir>/train.log``: pettingllms' INFO lines, the per-step lines (``STEP_LOGGER``, which the
-    console does not repeat: it shows the progress bar and its own step line), Python warnings, and every
-    library's warnings and errors."""
-    handler = logging.FileHandler(run_dir / "train.log")
+    console does not repeat: it shows the progress bar and its own step line), the record's own lines
+    (``RECORD_LOGGER``: the plan, a stop's traceback), Python warnings, and every library's warnings and errors."""
+    handler = _RunLogHandler(run_dir / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(_OursOrWarnings())
     ours = logging.getLogger(LOGGER_NAME)
@@ -53,8 +77,8 @@ def attach_file_logger(run_dir: Path) -> FileLog:
     if ours.getEffectiveLevel() > logging.INFO:
         ours.setLevel(logging.INFO)
     logging.getLogger().addHandler(handler)
-    steps = logging.getLogger(STEP_LOGGER)
-    steps.addHandler(handler)
+    logging.getLogger(STEP_LOGGER).addHandler(handler)
+    logging.getLogger(RECORD_LOGGER).addHandler(handler)
     captured = logging._warnings_showwarning is not None  # type: ignore[attr-defined]
     logging.captureWarnings(True)  # warnings.warn(...) -> the "py.warnings" logger -> train.log
     return FileLog(handler, previous_level, captured)
@@ -63,19 +87,67 @@ def attach_file_logger(run_dir: Path) -> FileLog:
 def detach_file_logger(log: FileLog) -> None:
     logging.getLogger().removeHandler(log.handler)
     logging.getLogger(STEP_LOGGER).removeHandler(log.handler)
+    logging.getLogger(RECORD_LOGGER).removeHandler(log.handler)
     logging.getLogger(LOGGER_NAME).setLevel(log.previous_level)
     if not log.captured_warnings:
         logging.captureWarnings(False)
     log.handler.close()
 
 
+def write_run_config(run_dir: Path, text: str) -> Path | None:
+    """Write ``config.yaml``. When a resumed run's config differs from the one there, that one is first copied to
+    ``config.<n>.yaml`` (n = 1, 2, ...: the run's earlier starts, oldest first; none is ever overwritten). Returns
+    the copy, or None."""
+    path = run_dir / "config.yaml"
+    kept = None
+    if path.is_file():
+        if path.read_text() == text:
+            return None
+        n = 1
+        while (run_dir / f"config.{n}.yaml").exists():
+            n += 1
+        kept = run_dir / f"config.{n}.yaml"
+        with naming_a_full_disk(kept):
+            shutil.copyfile(path, kept)  # a copy, so that config.yaml is never missing
+    write_text_atomic(path, text)
+    return kept
+
+
+def read_json_lines(path: Path) -> list[tuple[dict, int, int]]:
+    """(row, byte offset where its line starts, where it ends) of a JSON-lines metric log such as summary.log. A
+    torn last line (a run stopped while writing it) is dropped with a warning naming the file and line; a bad line
+    before the last one is a DataError."""
+    lines, start = [], 0  # (line number in the file, its bytes, its offset) of every non-blank line
+    for number, line in enumerate(path.read_bytes().splitlines(keepends=True), 1):
+        if line.strip():
+            lines.append((number, line, start))
+        start += len(line)
+    rows = []
+    for number, line, offset in lines:
+        try:
+            rows.append((json.loads(line), offset, offset + len(line)))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            if number < lines[-1][0]:
+                raise DataError(f"{path} line {number} is not JSON ({exc}); the file is damaged: delete that line "
+                                "and the ones after it") from exc
+            log.warning("%s: dropping its torn last line %d (the run stopped while writing it)", path, number)
+    return rows
+
+
 def truncate_summary(run_dir: Path, last_step: int) -> None:
-    """On resume, drop summary lines written after the checkpoint's step (they will be written again)."""
+    """On resume, cut summary.log after the checkpoint's step: the lines of later steps (they will be written
+    again) and a torn last line go. In place: a truncation needs no free space."""
     path = run_dir / "summary.log"
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= last_step]
-    path.write_text("".join(line + "\n" for line in kept))
+    rows = read_json_lines(path)
+    kept = [end for row, _, end in rows if row.get("step", 0) <= last_step]  # steps only grow down the file
+    end = kept[-1] if kept else 0
+    if end < path.stat().st_size:
+        os.truncate(path, end)
+    if end and not path.read_bytes().endswith(b"\n"):  # a last row cut just before its newline
+        with path.open("a") as fh:
+            fh.write("\n")
 
 
 def write_training_samples(run_dir: Path, step: int,
@@ -93,7 +165,7 @@ def write_training_samples(run_dir: Path, step: int,
     folder = run_dir / "samples"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step:06d}.jsonl"
-    with path.open("w") as fh:
+    with naming_a_full_disk(path), path.open("w") as fh:
         for (policy, slot, turn, agent), members in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
             members.sort(key=lambda m: (m[0].episode, m[0].branch))
             decode = decoders[policy]
@@ -122,7 +194,7 @@ def write_validation_records(run_dir: Path, step: int, benchmark: str, episodes:
     folder = run_dir / "validate" / f"step_{step:06d}"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{benchmark}.jsonl"
-    with path.open("w") as fh:
+    with naming_a_full_disk(path), path.open("w") as fh:
         for episode in episodes:
             fh.write(json.dumps(dataclasses.asdict(episode), ensure_ascii=False, default=str) + "\n")
     return path

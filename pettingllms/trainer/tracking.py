@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
+from pettingllms.core.atomic import append_whole
 from pettingllms.core.choices import Tracker
 from pettingllms.core import ConfigError
 
@@ -41,8 +42,7 @@ class SummaryFile:
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in sorted(metrics.items())}}
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        append_whole(self.path, json.dumps(row) + "\n")  # a full disk: a DiskFullError, and no torn line
 
     def close(self) -> None:
         pass

@@ -17,8 +17,10 @@ from pathlib import Path
 
 
 from pettingllms.algo.grpo import score_samples
+from pettingllms.assembly.describe import describe_agents, describe_plan
 from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
 from pettingllms.assembly.run_dirs import new_run_dir
+from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Sample
@@ -31,10 +33,12 @@ from pettingllms.trainer.cursor import DataCursor
 from pettingllms.trainer.metrics import episode_metrics, prefixed, sample_metrics
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.run_dir import (
+    RECORD_LOGGER,
     attach_file_logger,
     detach_file_logger,
     find_resumable_run,
     truncate_summary,
+    write_run_config,
     write_training_samples,
     write_validation_records,
 )
@@ -58,16 +62,20 @@ class Trainer:
     workers and their Ray placement groups, the log file handler); ``fit()`` closes at its end, and
     ``with Trainer(cfg) as trainer:`` closes on leaving the block. If setup fails part-way, what it had already
     started is released before the error propagates, so a failed job leaves no actor or handler behind.
+    An error that stops the run once its run directory exists is written to train.log with its traceback and
+    where the run stopped (the CLI prints the error's one line).
     """
 
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.policies = None
         self.trackers: list = []
+        self._file_log = None  # train.log's handler while it is attached
         self._release = contextlib.ExitStack()  # undo actions of setup, run in reverse order by close()
         try:
             self._setup()
-        except BaseException:
+        except BaseException as exc:
+            self._record_stop(exc, "during setup")
             self.close()
             raise
 
@@ -86,7 +94,16 @@ class Trainer:
         for spec in self.plan.worker_specs:
             resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
         self.run_dir, resume_from = self._choose_run_dir()
-        self._release.callback(detach_file_logger, attach_file_logger(self.run_dir))
+        self._file_log = attach_file_logger(self.run_dir)
+        self._release.callback(self._detach_file_log)
+        record = logging.getLogger(RECORD_LOGGER)  # train.log only: the plan at its top
+        record.info("run plan (%s):\n%s", self.run_dir, describe_plan(self.plan, memory=False))
+        kept = write_run_config(self.run_dir, self._config_text())
+        if kept is not None:
+            log.info("config.yaml now holds this start's config; the previous one is kept as %s", kept.name)
+        for name, size in ckpt.remove_unfinished(self.run_dir / "checkpoints"):
+            log.info("removed checkpoints/%s (%s bytes): a checkpoint left unfinished when the run last stopped",
+                     name, f"{size:,}")
         if self.plan.memory is not None:  # GPU runs: the per-GPU memory plan, in the console and train.log
             log.info("%s", self.plan.memory.describe())
         self.policies = PolicyGroup(self.plan.worker_specs, cfg.resources.use_ray, cfg.resources.num_cpus,
@@ -110,11 +127,13 @@ class Trainer:
         stop_at = cfg.total_training_steps
         if cfg.stop_after_steps > 0:
             stop_at = min(stop_at, self.step_done + cfg.stop_after_steps)
+        doing = "the validation before training"  # where the run is, for the record of an error that stops it
         try:
             if cfg.val_before_train and self.step_done == 0 and cfg.val_freq > 0:
                 self._log(0, self.validate(0))
             with StepProgress(cfg.total_training_steps, self.step_done) as progress:
                 for step in range(self.step_done + 1, stop_at + 1):
+                    doing = f"step {step}"
                     result = self.step(step)
                     if cfg.val_freq > 0 and (step % cfg.val_freq == 0 or step == cfg.total_training_steps):
                         result.metrics.update(self.validate(step))
@@ -123,11 +142,16 @@ class Trainer:
                     results.append(result)
                     self.step_done = step
                     if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or step == stop_at:
+                        doing = f"the checkpoint of step {step}"
                         self.save_checkpoint(step)
                         ckpt.prune_checkpoints(self.run_dir / "checkpoints", cfg.max_ckpt_to_keep)
+            doing = "the end of training (export, plots)"
             if self.step_done == cfg.total_training_steps:
                 self._finish()
             self._report_validation()
+        except BaseException as exc:
+            self._record_stop(exc, f"during {doing} (last completed step: {self.step_done})")
+            raise
         finally:
             self.close()
         return results
@@ -181,7 +205,8 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- state
     def save_checkpoint(self, step: int) -> Path:
-        state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash()}
+        state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash(),
+                 "config": to_dict(self.cfg)}  # a resume names the keys it changed
         path = ckpt.save_checkpoint(self.run_dir / "checkpoints", step, state,
                                     lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
                                     private=not self.cfg.training.share_run_dir)
@@ -192,7 +217,11 @@ class Trainer:
         ckpt.check_checkpoint(checkpoint)
         state = ckpt.read_trainer_state(checkpoint)
         if state["config_hash"] != self._config_hash():
-            log.warning("config differs from the checkpoint's (%s); resuming anyway", checkpoint)
+            changes = "its config is not recorded (written by an older version)"
+            if "config" in state:
+                old, new = self._comparable(state["config"]), self._comparable(to_dict(self.cfg))
+                changes = describe_changes(changed_keys(old, new))
+            log.warning("config differs from the checkpoint's (%s): %s; resuming anyway", checkpoint, changes)
         self.policies.load(str(checkpoint / ckpt.POLICIES_DIR))
         self.cursor.load_state_dict(state["cursor"])
         self.step_done = int(state["step"])
@@ -210,15 +239,25 @@ class Trainer:
             if not (checkpoint / ckpt.STATE_FILE).is_file():
                 raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
             return checkpoint.parents[1], checkpoint
-        run = new_run_dir(t.log_dir, t.experiment_name, shared=t.share_run_dir)
-        (run / "config.yaml").write_text(to_yaml(self.cfg))
-        return run, None
+        return new_run_dir(t.log_dir, t.experiment_name, shared=t.share_run_dir), None
+
+    def _config_text(self) -> str:
+        """config.yaml: the resolved config after a comment with the plan's agent -> policy (adapter) map; a
+        comment, so that the file still composes as a config (the map follows from its keys)."""
+        level = getattr(self.cfg.specialization, "value", self.cfg.specialization)
+        header = [f"# the resolved plan ({level}): agent -> policy (LoRA adapter)",
+                  *(f"# {line}" for line in describe_agents(self.plan))]
+        return "\n".join(header) + "\n" + to_yaml(self.cfg)
 
     def _config_hash(self) -> str:
-        values = to_dict(self.cfg)
-        for key in RESUME_NEUTRAL_KEYS:
-            values["training"].pop(key, None)
+        values = self._comparable(to_dict(self.cfg))
         return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @staticmethod
+    def _comparable(values: dict) -> dict:
+        """A config's values without the keys a resumption may change freely (``RESUME_NEUTRAL_KEYS``)."""
+        training = {k: v for k, v in values.get("training", {}).items() if k not in RESUME_NEUTRAL_KEYS}
+        return {**values, "training": training}
 
     # ------------------------------------------------------------------------------------------- helpers
     def _preflight(self, clients) -> None:
@@ -262,6 +301,18 @@ class Trainer:
         """Release what setup started: trackers, then the workers (actors, placement groups), then the log file.
         Idempotent."""
         self._release.close()
+
+    def _record_stop(self, exc: BaseException, where: str) -> None:
+        """train.log gets the error that stopped the run, where it stopped, and (for an error, not an interrupt) the
+        traceback. Not the console: the CLI prints the error's one line there."""
+        if self._file_log is not None:
+            trace = None if isinstance(exc, (KeyboardInterrupt, SystemExit)) else exc
+            logging.getLogger(RECORD_LOGGER).error("the run stopped %s: %s: %s", where, type(exc).__name__, exc,
+                                                   exc_info=trace)
+
+    def _detach_file_log(self) -> None:
+        file_log, self._file_log = self._file_log, None
+        detach_file_logger(file_log)
 
     def _close_trackers(self) -> None:
         trackers, self.trackers = self.trackers, []

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -23,10 +24,13 @@ from test_resume_and_bad_input import BASE, comparable
 STEPS = ["training.total_training_steps=5", "training.save_freq=1"]
 
 
-def train_process(log_dir: Path, *extra: str) -> subprocess.Popen:
-    args = [sys.executable, "-m", "pettingllms.cli", "train", *BASE, *STEPS, f"training.log_dir={log_dir}", *extra]
+def train_process(log_dir: Path, *extra: str, overrides: Sequence[str] = (*BASE, *STEPS),
+                  launch: Sequence[str] = ("-m", "pettingllms.cli"), env: dict | None = None) -> subprocess.Popen:
+    """``pettingllms train`` in its own process group (``launch``: how Python starts the CLI, e.g. a ``-c`` script
+    that patches something first and then calls ``pettingllms.cli.main`` with the remaining arguments)."""
+    args = [sys.executable, *launch, "train", *overrides, f"training.log_dir={log_dir}", *extra]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
 
 
 def latest(log_dir: Path) -> str | None:
