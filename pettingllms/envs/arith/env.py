@@ -66,6 +66,7 @@ class ArithDuoEnv(Env):
     graph = AgentGraph.sequential(["solver", "checker"])
     agent_classes = {"solver": "arith.solver", "checker": "arith.checker"}
     domain = "math"
+    problem_fields = {"question": str, "answer": int}
 
     def __init__(self, max_turns: int = 2, max_operand: int = 20, train_pool: int = 0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)

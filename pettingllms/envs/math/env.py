@@ -89,6 +89,7 @@ class MathEnv(Env):
     graph = AgentGraph.parallel([REASONER, TOOL])
     agent_classes = {REASONER: "pettingllms.envs.math.env:ReasonerAgent", TOOL: "pettingllms.envs.math.env:ToolAgent"}
     domain = "math"
+    problem_fields = {"question": str, "answer": str}
 
     def __init__(self, max_turns: int = 4, code_timeout_s: float = 10.0, sandbox_workers: int = 4,
                  verify_timeout_s: float = 10.0, **options: Any) -> None:
