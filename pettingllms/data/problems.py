@@ -243,6 +243,29 @@ def describe_data(env: Env, data_root: str | Path, dataset: Any, benchmark: Any)
     return lines
 
 
+def preview_problems(env: Env, data_root: str | Path, dataset: Any, benchmark: Any, train_limit: int,
+                     max_val_problems: int = 0) -> tuple[list[Problem], dict[str, list[Problem]]]:
+    """(the first ``train_limit`` training problems, each benchmark's problems as validation reads them) for the
+    dry run's prompt check; sets that read a hub dataset are left out (they are read at start-up)."""
+    spec = training_spec(env, data_root, dataset)
+    if spec is None:
+        training = list(env.procedural_problems("train", train_limit)) if generates_problems(env) else []
+    else:
+        training = spec.load(fields=fields_of(env, _domain(env)))[:train_limit] if _local(spec) else []
+    benchmarks = {}
+    for label, bench in benchmark_specs(env, data_root, benchmark).items():
+        if bench is None:
+            benchmarks[label] = list(env.procedural_problems("test", max_val_problems or PROCEDURAL_TEST_SIZE))
+        elif _local(bench):
+            problems = bench.load(fields=fields_of(env, _domain(env)))
+            benchmarks[label] = problems[:max_val_problems] if max_val_problems > 0 else problems
+    return training, benchmarks
+
+
+def _local(spec: DataSpec) -> bool:
+    return all(part.kind != "hub" for part in spec.parts)
+
+
 def _verify_local(spec: DataSpec, env: Env) -> None:
     spec.check()
     for part in spec.parts:
