@@ -163,8 +163,8 @@ def check_ranges(config: Any, training: bool = True) -> None:
     if section is not None:
         above_n = [k for k in section.k if k > section.n]
         if above_n:
-            raise ConfigError(f"eval.k={list(section.k)}: every k must be <= eval.n={section.n} (pass@k draws k of "
-                              f"the n samples); raise eval.n or drop {above_n}")
+            raise ConfigError(f"eval.k={list(section.k)}: pass@k needs 1 <= k <= eval.n={section.n}; {above_n} are out "
+                              f"of range. Raise eval.n or drop those k.")
 
 
 def numeric_values(node: Any, prefix: str = "", pattern: str = "") -> Iterator[tuple[str, str, float]]:

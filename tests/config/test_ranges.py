@@ -55,7 +55,7 @@ def test_evaluation_reads_max_turns_0_as_the_envs_default_and_ignores_branching(
     assert cfg.env.max_turns == 0
     with pytest.raises(ConfigError, match=r"^env\.max_turns=-1: must be >= 0"):
         to_schema(compose("eval", ["env.max_turns=-1"]))
-    with pytest.raises(ConfigError, match=r"^eval\.k=\[1, 4\]: every k must be <= eval\.n=2"):
+    with pytest.raises(ConfigError, match=r"^eval\.k=\[1, 4\]: pass@k needs 1 <= k <= eval\.n=2; \[4\] are out of range"):
         to_schema(compose("eval", ["eval.n=2", "eval.temperature=1", "eval.k=[1,4]"]))
 
 
@@ -77,3 +77,12 @@ def test_the_dry_run_and_the_run_refuse_a_no_op_config(override, needle, dry_run
 def test_every_rollout_mode_needs_two_candidates_per_group(mode):
     with pytest.raises(ConfigError, match=r"^rollout\.branching=1: must be >= 2"):
         to_schema(compose("train", [f"rollout.mode={mode}", "rollout.branching=1"]))
+
+
+def test_docs_list_every_range_as_the_table_has_it():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    section = doc.split("## Valid ranges", 1)[1].split("\n## ", 1)[0]
+    listed = [line for line in section.splitlines() if line.startswith("- `")]
+    assert listed == [f"- `{key}`: {rule.describe().removeprefix('must be ')}" for key, rule in RANGES.items()]
