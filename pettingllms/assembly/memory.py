@@ -981,15 +981,20 @@ def gpu_size(gpu_memory_gb: float) -> tuple[float | None, str]:
 
 
 def model_config(path: str) -> tuple[dict | None, str]:
-    """(config.json as a dict, where it came from) for a model spec, offline: a built-in alias (built once, as the
-    run itself would), a local folder, the local Hugging Face cache, or the recorded facts of a known hub model
-    (``pettingllms.models.replicas``). Never downloads; (None, why) when none of them has it."""
+    """(config.json as a dict, where it came from) for a model spec, offline: a built-in alias already built, a
+    local folder, the local Hugging Face cache, or the recorded facts of a known hub model
+    (``pettingllms.models.replicas``). Never downloads or builds (``--dry-run`` converts nothing); (None, why) when
+    none of them has it."""
+    from pettingllms.models.aliases import built_alias
     from pettingllms.models.replicas import recorded_config
-    from pettingllms.models.resolve import ALIASES, resolve_model
+    from pettingllms.models.resolve import ALIASES
 
     text = str(path).strip()
     if text in ALIASES:
-        return _read_json(resolve_model(text) / "config.json"), f"alias {text}"
+        built = built_alias(text, ALIASES[text])
+        if built is None:
+            return None, f"the alias {text} is not built yet (it is built once at start-up; plan it after that)"
+        return _read_json(built / "config.json"), f"alias {text}"
     local = Path(text).expanduser()
     if (local / "config.json").is_file():
         return _read_json(local / "config.json"), "its config.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pettingllms.algo.grpo import AdvantageConfig
 from pettingllms.assembly.construct import accepted_options, check_options, construct
@@ -21,7 +21,7 @@ from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
 from pettingllms.rollout.executor import AgentSpec
 from pettingllms.rollout.executor import ExecutorConfig
-from pettingllms.rollout.policy_client import PolicyClient
+from pettingllms.rollout.engine import ChatCodec
 from pettingllms.runtime.layout import WorkerLayout, resolve_layout
 from pettingllms.runtime.placement import local_cpus, share_cpus
 from pettingllms.runtime.spec import WorkerSpec
@@ -227,15 +227,22 @@ def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
 
 
 def check_prompts(
-    plan_: RunPlan, clients: dict[str, PolicyClient], problems: Sequence[Problem], max_prompt_length: int, what: str
+    plan_: RunPlan, codecs: Mapping[str, ChatCodec], problems: Sequence[Problem], max_prompt_length: int, what: str
 ) -> None:
-    """Fail before any compute if a first-turn prompt is already longer than the limit."""
+    """Fail before any compute if a first-turn prompt does not render with its policy's chat template or is already
+    longer than the limit. Agents whose policy has no codec in ``codecs`` (a model not here yet) are skipped."""
     for problem in problems:
         state = plan_.env.reset(problem, 0)
         for stage in plan_.env.graph.stages(0):
             for role in stage:
                 spec = plan_.agent_specs[role]
-                n = len(clients[spec.policy].codec.encode_chat(spec.agent.observe(state, 0)))
+                if spec.policy not in codecs:
+                    continue
+                try:
+                    n = len(codecs[spec.policy].encode_chat(spec.agent.observe(state, 0)))
+                except Exception as exc:  # noqa: BLE001 - a template error (jinja, a role it refuses) is the user's
+                    raise ConfigError(f"{what} problem {problem.problem_id!r}: agent {role!r}'s first prompt does not "
+                                      f"render with {spec.policy}'s chat template: {type(exc).__name__}: {exc}") from exc
                 if n > max_prompt_length:
                     raise PromptTooLongError(
                         f"{what} problem {problem.problem_id!r}: agent {role!r}'s first prompt has {n} tokens > "

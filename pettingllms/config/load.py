@@ -25,7 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pettingllms.config.frozen import freeze, thaw
-from pettingllms.config.schema import AgentConfig, Config, ModelConfig, register_schema
+from pettingllms.config.ranges import check_ranges
+from pettingllms.config.schema import AgentConfig, Config, EvalRunConfig, ModelConfig, register_schema
 from pettingllms.core.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -299,13 +300,14 @@ def _first_line(exc: BaseException) -> str:
 # ----------------------------------------------------------------------------------------------- typed object
 def to_schema(cfg: DictConfig) -> Config:
     """The typed, frozen object (dataclass instances all the way down, read-only: ``config/frozen.py``); raises
-    ConfigError on bad or missing values."""
+    ConfigError on bad or missing values, and on numbers outside their range (``config/ranges.py``)."""
     try:
         config: Config = OmegaConf.to_object(cfg)  # type: ignore[assignment]
         config.base_models = {k: _typed(ModelConfig, v, f"base_models.{k}") for k, v in config.base_models.items()}
         config.agents = {k: _typed(AgentConfig, v, f"agents.{k}") for k, v in config.agents.items()}
     except OmegaConfBaseException as exc:
         raise ConfigError(f"invalid config: {explain(exc)}") from exc
+    check_ranges(config, training=not isinstance(config, EvalRunConfig))
     return freeze(config)
 
 

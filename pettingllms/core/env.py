@@ -69,7 +69,12 @@ class Env(ABC):
     graph: ClassVar[AgentGraph]
     #: Role name -> agent registry name (or "module:Class"), used to build this env's agents.
     agent_classes: ClassVar[Mapping[str, str]]
+    #: The options read from ``self.options`` (see the class docstring); None: undeclared, unchecked.
     known_options: ClassVar[tuple[str, ...] | None] = None
+    #: Columns every dataset row must hold, with their types (``{"question": str, "answer": str}``; ``list[str]``
+    #: for a list of strings): every row of ``env.dataset`` and ``env.benchmark`` is checked against it before step 1,
+    #: and values are never converted. Optional: None checks only what the domain's loader writes.
+    problem_fields: ClassVar[Mapping[str, Any] | None] = None
 
     def __init__(self, max_turns: int = 1, **options: Any) -> None:
         if max_turns < 1:

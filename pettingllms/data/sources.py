@@ -61,7 +61,9 @@ def read_local(path: Path) -> list[Row]:
     try:
         table = datasets.load_dataset(kind, data_files=str(path), split="train")
     except Exception as exc:
-        raise DataError(f"cannot read local data file {path}: {exc}") from exc
+        cause = exc.__cause__ or exc.__context__  # datasets wraps the parser's error in a generic one
+        detail = f"{exc}" + (f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else "")
+        raise DataError(f"cannot read local data file {path} as {kind}: {detail}") from exc
     return [dict(row) for row in table]
 
 

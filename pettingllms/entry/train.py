@@ -78,19 +78,26 @@ def load_config(config_name: str = "train", overrides: Sequence[str] = (), confi
 
 
 def check_run(cfg) -> list[str]:
-    """Plan the run (env, agents, policies, worker layout) and find its data, as the trainer will, without loading
-    a model or starting a process. Returns the plan summary and data lines; raises the trainer's errors."""
+    """Check what the run needs to start, as the trainer will, without loading weights, downloading, converting or
+    starting a process: the plan (env, agents, policies, worker layout), every row of its data, every policy's model
+    (here, or downloadable: what would be downloaded is said) and its chat template on the first prompts. Returns
+    the plan summary, data and model lines; raises the trainer's errors."""
     from pettingllms.assembly.describe import describe_plan
-    from pettingllms.assembly.plan import plan
-    from pettingllms.data.problems import describe_data
-
-    from pettingllms.assembly.plan import cpu_budget
+    from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
+    from pettingllms.assembly.preflight import chat_codecs, check_first_prompts, describe_models, locate_models
+    from pettingllms.data.problems import describe_data, preview_problems
     from pettingllms.runtime.placement import check_here
 
     run_plan = plan(cfg)
-    data = describe_data(run_plan.env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
+    env = run_plan.env
+    data = describe_data(env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
+    sources = locate_models(cfg, run_plan)
+    codecs = chat_codecs(cfg, run_plan, {name: source.directory for name, source in sources.items()})
+    training, benchmarks = preview_problems(env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
+                                            PREFLIGHT_PROBLEMS, cfg.env.max_val_problems)
+    check_first_prompts(cfg, run_plan, codecs, training, benchmarks)
     placement = check_here([spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
-    return [describe_plan(run_plan), f"placement: {placement}", *data]
+    return [describe_plan(run_plan), f"placement: {placement}", *data, *describe_models(sources, codecs)]
 
 
 def train(cfg):
@@ -268,12 +275,13 @@ def train_command(argv: Sequence[str]) -> int:
 
 
 def dry_run_command(name: str, overrides: Sequence[str], directory: str | None) -> int:
-    """Print the resolved config, the plan and the data; train nothing. Errors are the trainer's own."""
+    """Print the resolved config, the plan, the data and the models; train nothing. Errors are the trainer's own."""
     from pettingllms.config.load import to_yaml
 
     cfg = load_config(name, overrides, directory)
     summary = check_run(cfg)
     print(to_yaml(cfg))
     print("\n".join(summary))
-    print("dry run: config, plan and data checked; nothing was trained")
+    print("dry run: config, plan and data checked, every model found and its chat template tried (or its download or "
+          "conversion said above); nothing was trained")
     return 0

@@ -65,9 +65,10 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
     # 2. The models (or the server), then every first prompt against the length limit.
     policies = _policies(cfg, tasks, settings, checkpoint, clients)
     try:
+        codecs = {name: client.codec for name, client in policies.clients.items()}
         for task in tasks:
             for bench in task.benchmarks:
-                check_prompts(task.plan, policies.clients, bench.problems, cfg.training.max_prompt_length,
+                check_prompts(task.plan, codecs, bench.problems, cfg.training.max_prompt_length,
                               f"benchmark {bench.key!r}")
         run_dir = new_run_dir(cfg.eval.log_dir, cfg.eval.name, now=started, shared=cfg.training.share_run_dir)
         (run_dir / "config.yaml").write_text(to_yaml(cfg))

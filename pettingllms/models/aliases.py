@@ -61,6 +61,25 @@ def cache_root(cache_dir: Path | str | None = None) -> Path:
     return base / "pettingllms"
 
 
+def built_alias(alias: str, recipe: AliasRecipe, cache_dir: Path | None = None) -> Path | None:
+    """The alias's directory if it is already built from its current source, else None. Builds nothing."""
+    source, _ = recipe()
+    dest = cache_root(cache_dir) / "models" / alias
+    return dest if _manifest_matches(dest, {"format": MANIFEST_FORMAT, "alias": alias, "source": source}) else None
+
+
+def check_buildable(alias: str, recipe: AliasRecipe, cache_dir: Path | None = None) -> None:
+    """Raise ConfigError if building the alias would fail for a missing input (every alias starts from the
+    packaged SmolLM2: its GGUF file and the ``gguf`` reader), without building or converting anything."""
+    recipe()  # the SmolLM2 recipe already looks its GGUF file up
+    if alias != SMOLLM2_ALIAS and built_alias(SMOLLM2_ALIAS, smollm2_recipe, cache_dir) is not None:
+        return
+    packaged_smollm2_gguf()
+    if importlib.util.find_spec("gguf") is None:
+        raise ConfigError(f"building the model '{alias}' converts {SMOLLM2_GGUF}, which needs the 'gguf' package "
+                          f"(a pettingllms dependency): pip install gguf==0.19.0")
+
+
 def build_once(alias: str, recipe: AliasRecipe, cache_dir: Path | None = None) -> Path:
     """Build the alias's directory once (atomically) and return it; later calls reuse it."""
     source, build = recipe()

@@ -8,12 +8,18 @@ A spec is one of:
   ``tiny-random-smollm2`` (a tiny random model for fast tests) and ``tiny-replica-<model>`` (a tiny random
   replica of a recorded hub checkpoint, e.g. ``tiny-replica-qwen3-1.7b``; see ``pettingllms.models.replicas``),
   built once into the cache (see ``pettingllms.models.aliases``).
+
+``locate_model`` answers the same question without side effects (``--dry-run`` and the start of a run): where the
+model's files are now, or what would be downloaded or converted, and a ConfigError when it can be neither found
+locally nor downloaded.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from pettingllms.core.errors import ConfigError
@@ -28,6 +34,91 @@ ALIASES: dict[str, aliases.AliasRecipe] = {
 # Files worth fetching from a hub repository: config, tokenizer, chat template, safetensors weights.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.model", "*.txt", "tokenizer*"]
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# Any of these makes a directory's tokenizer loadable (fast tokenizer, sentencepiece, BPE vocabulary).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+HUB_TIMEOUT_S = 10.0  # how long the dry run waits for the hub to say what a download would be
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model spec's files are, found without downloading, converting or loading anything.
+
+    directory: the folder holding its config and tokenizer now (None until downloaded or built);
+    pending: what the run's start will do first ("" nothing, "download", "build"); download_bytes: the download's
+    size when the hub said."""
+
+    spec: str
+    where: str
+    directory: Path | None = None
+    pending: str = ""
+    download_bytes: int | None = None
+
+    def describe(self) -> str:
+        if self.pending == "download":
+            size = f"{self.download_bytes / 1e9:.2f} GB" if self.download_bytes is not None else "size unknown"
+            return f"{self.spec}: would download from the Hugging Face hub at start-up ({size})"
+        return f"{self.spec}: {self.where}"
+
+
+def locate_model(spec: str | Path, cache_dir: Path | None = None, timeout_s: float = HUB_TIMEOUT_S) -> ModelSource:
+    """What ``resolve_model(spec)`` would use, without its side effects. Raises ConfigError when the model is
+    neither here (a local directory with config, weights and tokenizer; a built alias or one that can be built;
+    the local Hugging Face cache) nor downloadable (``HF_HUB_OFFLINE`` set, or the hub not answering in
+    ``timeout_s``)."""
+    text = str(spec).strip()
+    if text in ALIASES:
+        built = aliases.built_alias(text, ALIASES[text], cache_dir)
+        if built is not None:
+            return ModelSource(text, f"built-in alias, built in {built}", built)
+        aliases.check_buildable(text, ALIASES[text], cache_dir)
+        how = "converted once from the packaged GGUF" if text == aliases.SMOLLM2_ALIAS else "built once"
+        return ModelSource(text, f"built-in alias, not built yet: {how} at start-up (into "
+                                 f"{aliases.cache_root(cache_dir) / 'models' / text})", pending="build")
+    path = Path(text).expanduser()
+    if text and path.exists():
+        return ModelSource(text, f"local directory {_checked_model_files(path)}", path.resolve())
+    if not text or _looks_like_path(text) or not _HUB_ID.match(text):
+        resolve_model(text, cache_dir)  # raises its error: empty, or a directory that does not exist
+    return _locate_on_hub(text, timeout_s)
+
+
+def _checked_model_files(path: Path) -> Path:
+    """``_checked_local_dir`` plus the tokenizer the driver and engines load."""
+    directory = _checked_local_dir(path)
+    if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
+        raise ConfigError(f"model directory '{directory}' has no tokenizer (none of {list(_TOKENIZER_FILES)}); "
+                          "save the tokenizer next to the model (tokenizer.save_pretrained)")
+    return directory
+
+
+def _locate_on_hub(repo_id: str, timeout_s: float) -> ModelSource:
+    from huggingface_hub import try_to_load_from_cache
+
+    offline = _hub_offline()
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    problem = "it is not in the local Hugging Face cache"
+    if isinstance(cached, str):
+        try:
+            snapshot = _checked_model_files(Path(cached).parent)
+            return ModelSource(repo_id, f"in the local Hugging Face cache ({snapshot})", snapshot)
+        except ConfigError as exc:  # a partial snapshot (config only): the rest would be downloaded
+            problem = f"its copy in the local Hugging Face cache is incomplete ({exc})"
+    fix = (f"Fix: download it where a network exists (huggingface-cli download {repo_id}) and point the key at "
+           f"that directory, or use a built-in alias {_alias_hint()} that works offline.")
+    if offline:
+        raise ConfigError(f"cannot get model '{repo_id}': {problem}, and HF_HUB_OFFLINE=1 forbids downloading it. "
+                          + fix)
+    try:
+        from huggingface_hub import HfApi
+
+        info = HfApi().model_info(repo_id, files_metadata=True, timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - unreachable, unknown repo, gated: all mean "cannot download"
+        raise ConfigError(f"cannot get model '{repo_id}': {problem}, and the Hugging Face hub did not give it "
+                          f"within {timeout_s:g} s ({type(exc).__name__}: {str(exc)[:200]}). " + fix) from exc
+    sizes = [s.size for s in info.siblings or [] if any(fnmatch.fnmatch(s.rfilename, p) for p in _HUB_PATTERNS)]
+    known = sizes and all(size is not None for size in sizes)
+    return ModelSource(repo_id, "on the Hugging Face hub", pending="download",
+                       download_bytes=int(sum(sizes)) if known else None)
 
 
 def resolve_model(spec: str | Path, cache_dir: Path | None = None) -> Path:

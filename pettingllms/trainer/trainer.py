@@ -18,14 +18,14 @@ from pathlib import Path
 
 from pettingllms.algo.grpo import score_samples
 from pettingllms.assembly.describe import describe_agents, describe_plan
-from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts, plan
+from pettingllms.assembly.plan import RunPlan, plan
+from pettingllms.assembly.preflight import chat_codecs, check_first_prompts, locate_models, resolve_models
 from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Sample
 from pettingllms.data.problems import benchmark_sets, training_problems
-from pettingllms.models import resolve_model
 from pettingllms.rollout.executor import Executor
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
@@ -91,8 +91,11 @@ class Trainer:
         self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset, cfg.training.seed)
         self.benchmarks = benchmark_sets(self.plan.env, cfg.env.data_root, cfg.env.benchmark, cfg.env.max_val_problems)
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
-        for spec in self.plan.worker_specs:
-            resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
+        # What --dry-run checks, again, before a worker starts: models found (or downloadable) and named by key ...
+        locate_models(cfg, self.plan)
+        # ... then fetched (the packaged model converts once, here) and their chat templates render the first prompts.
+        codecs = chat_codecs(cfg, self.plan, resolve_models(cfg, self.plan))
+        check_first_prompts(cfg, self.plan, codecs, self.train_problems, self.benchmarks)
         self.run_dir, resume_from = self._choose_run_dir()
         self._file_log = attach_file_logger(self.run_dir)
         self._release.callback(self._detach_file_log)
@@ -110,7 +113,6 @@ class Trainer:
                                     cfg.resources.ray_namespace)
         self._release.callback(self._shutdown_policies)
         clients = self.policies.clients()
-        self._preflight(clients)
         self.executor = Executor(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
         self.step_done = 0
         if resume_from is not None:
@@ -260,12 +262,6 @@ class Trainer:
         return {**values, "training": training}
 
     # ------------------------------------------------------------------------------------------- helpers
-    def _preflight(self, clients) -> None:
-        limit = self.cfg.training.max_prompt_length
-        check_prompts(self.plan, clients, self.train_problems[:PREFLIGHT_PROBLEMS], limit, "training")
-        for name, problems in self.benchmarks.items():
-            check_prompts(self.plan, clients, problems, limit, f"benchmark {name!r}")
-
     def _log(self, step: int, metrics: dict[str, float]) -> None:
         for tracker in self.trackers:
             tracker.log(step, metrics)

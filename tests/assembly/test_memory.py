@@ -244,8 +244,14 @@ def test_lora_keeps_an_fp32_base_and_trains_only_adapters():
 
 
 def test_the_dry_run_prints_the_plan_and_refuses_a_gpu_too_small(capsys, monkeypatch, tmp_path):
+    from hub_cache import cache_hub_model
     from pettingllms.cli import main
+    from pettingllms.models import resolve_model
+    from pettingllms.models.replicas import recorded_config
 
+    # The dry run now needs the model here: Qwen3-1.7B in a local hub cache (its real config, a tokenizer).
+    cache_hub_model(monkeypatch, tmp_path / "hub", "Qwen/Qwen3-1.7B", dict(recorded_config("Qwen/Qwen3-1.7B")),
+                    resolve_model("tiny-replica-qwen3-1.7b"))
     monkeypatch.setenv("RAY_ADDRESS", "auto")  # the layout is checked against the cluster at start-up instead
     common = ["train", "--dry-run", "base_models.policy_0.path=Qwen/Qwen3-1.7B", "base_models.policy_0.dtype=bfloat16",
               "resources.gpus_per_policy=8", f"training.log_dir={tmp_path}"]

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from pettingllms.cli import main
-from pettingllms.core import PromptTooLongError
 from pettingllms.entry.train import load_config, run_training
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.trainer.run_dir import STEP_LOGGER
@@ -36,14 +35,19 @@ def test_a_setup_that_fails_after_the_workers_started_releases_them(tmp_path, mo
     shutdowns = []
     real_shutdown = PolicyGroup.shutdown
     monkeypatch.setattr(PolicyGroup, "shutdown", lambda self: shutdowns.append(self) or real_shutdown(self))
+    # The prompt preflight now runs before the workers start (assembly/preflight.py); the executor is built after.
+    def broken_executor(*args, **kwargs):
+        raise RuntimeError("the executor could not be built")
+
+    monkeypatch.setattr("pettingllms.trainer.trainer.Executor", broken_executor)
     before = file_handlers()
-    with pytest.raises(PromptTooLongError):  # the preflight runs after the workers started
-        run_training("train", TINY + [f"training.log_dir={tmp_path}", "training.max_prompt_length=8"])
+    with pytest.raises(RuntimeError, match="the executor could not be built"):
+        run_training("train", TINY + [f"training.log_dir={tmp_path}"])
     assert len(shutdowns) == 1
     assert file_handlers() == before
     (run_dir,) = tmp_path.glob("default/*/*")
     record = (run_dir / "train.log").read_text()  # the stop's record, and no other traceback (e.g. from the release)
-    assert record.count("Traceback") == 1 and "the run stopped during setup: PromptTooLongError" in record
+    assert record.count("Traceback") == 1 and "the run stopped during setup: RuntimeError: the executor could not be built" in record
 
 
 def test_the_trainer_is_a_context_manager_that_closes_once(tmp_path):
@@ -123,8 +127,10 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
 
 
 def test_a_failing_multirun_job_leaves_no_actors_placement_groups_or_log_handlers(tmp_path, capsys):
-    """Job 0 fails in its preflight after its Ray actor and placement group started; job 1 trains. Afterwards
-    nothing of job 0 is alive (checked on a Ray instance the test owns, which the jobs join)."""
+    """Job 0 fails in its worker after its Ray actor and placement group started (a LoRA target module the model
+    lacks: only the model's load finds it; the prompt preflight, which failed job 0 here before, now runs before the
+    workers start and in every job's check before the first trains); job 1 trains. Afterwards nothing of job 0 is
+    alive (checked on a Ray instance the test owns, which the jobs join)."""
     import ray
     from ray.util import placement_group_table
 
@@ -132,10 +138,10 @@ def test_a_failing_multirun_job_leaves_no_actors_placement_groups_or_log_handler
              log_to_driver=False)
     try:
         code = main(["train", "-m", *[o for o in TINY if not o.startswith("resources.")], "resources.use_ray=true",
-                     "training.total_training_steps=1", "training.max_prompt_length=8,256",
-                     f"training.log_dir={tmp_path}"])
+                     "training.total_training_steps=1", "base_models.policy_0.lora.target_modules=[no_such_module]",
+                     "base_models.policy_0.lora.rank=4,0", f"training.log_dir={tmp_path}"])
         out = capsys.readouterr().out
-        assert code == 1 and "2 job(s), 1 ok" in out and "PromptTooLongError" in out
+        assert code == 1 and "2 job(s), 1 ok" in out and "no_such_module" in out
         jobs = [json.loads(line) for line in next(tmp_path.glob("multirun/*/*/jobs.jsonl")).read_text().splitlines()]
         assert [j["status"] for j in jobs] == ["failed", "ok"]
         actors = ray._private.state.actors()  # every actor this instance ever ran, with its state

@@ -67,6 +67,7 @@ class ArithDuoEnv(Env):
     agent_classes = {"solver": "arith.solver", "checker": "arith.checker"}
     known_options = ()
     domain = "math"
+    problem_fields = {"question": str, "answer": int}
 
     def __init__(self, max_turns: int = 2, max_operand: int = 20, train_pool: int = 0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)

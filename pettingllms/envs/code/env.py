@@ -111,6 +111,7 @@ class CodeEnv(Env):
     agent_classes = {CODER: "pettingllms.envs.code.env:CoderAgent", TESTER: "pettingllms.envs.code.env:TesterAgent"}
     known_options = ()
     domain = "code"
+    problem_fields = {"question": str, "test_input": list[str], "test_output": list[str]}
 
     def __init__(self, max_turns: int = 5, timeout_s: float = 5.0, sandbox_workers: int = 4,
                  max_gt_tests: int = 0, **options: Any) -> None:

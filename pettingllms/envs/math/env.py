@@ -90,6 +90,7 @@ class MathEnv(Env):
     agent_classes = {REASONER: "pettingllms.envs.math.env:ReasonerAgent", TOOL: "pettingllms.envs.math.env:ToolAgent"}
     known_options = ()
     domain = "math"
+    problem_fields = {"question": str, "answer": str}
 
     def __init__(self, max_turns: int = 4, code_timeout_s: float = 10.0, sandbox_workers: int = 4,
                  verify_timeout_s: float = 10.0, **options: Any) -> None:

@@ -74,6 +74,7 @@ class VaultEnv(Env):
     agent_classes = {READER: "vault.reader", OPENER: "vault.opener", SOLO: "vault.solo"}
     known_options = ()
     domain = "games"
+    problem_fields = {"card": str, "reader_half": int, "opener_half": int}
 
     def __init__(self, max_turns: int = 2, players: int = 2, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)

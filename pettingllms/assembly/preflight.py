@@ -1,0 +1,81 @@
+"""What a run needs to start, checked before any worker starts and without loading weights: every policy's model is
+found (here, or downloadable), and its chat template renders the env's first prompts within
+``training.max_prompt_length``. ``--dry-run`` runs ``locate_models`` and the prompt check on the tokenizers already
+here; the trainer runs the same checks, then ``resolve_models`` (downloads, the packaged model's conversion) and the
+prompt check on every policy, before its workers start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts
+from pettingllms.config.frozen import thaw
+from pettingllms.config.schema import Config
+from pettingllms.core import ConfigError, Problem
+from pettingllms.models import HFChatCodec, resolve_model
+from pettingllms.models.resolve import ModelSource, locate_model
+
+
+def model_key(cfg: Config, policy: str, path: str) -> str:
+    """The config key a policy's model comes from (an L3 copy ``policy_<agent>`` names the entry it copies)."""
+    if policy not in cfg.base_models:
+        policy = next((name for name, model in cfg.base_models.items() if model.path == path), policy)
+    return f"base_models.{policy}.path"
+
+
+def locate_models(cfg: Config, run_plan: RunPlan) -> dict[str, ModelSource]:
+    """Every policy's model, found without downloading or converting; ConfigError naming the key otherwise."""
+    found: dict[str, ModelSource] = {}
+    for name, policy in run_plan.policies.items():
+        path = policy.model.path
+        try:
+            found[name] = locate_model(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{model_key(cfg, name, path)}={path}: {exc}") from exc
+    return found
+
+
+def resolve_models(cfg: Config, run_plan: RunPlan) -> dict[str, Path]:
+    """Every policy's local model directory: downloads and the packaged model's one-time conversion happen here."""
+    directories = {}
+    for name, policy in run_plan.policies.items():
+        path = policy.model.path
+        try:
+            directories[name] = resolve_model(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{model_key(cfg, name, path)}={path}: {exc}") from exc
+    return directories
+
+
+def chat_codecs(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> dict[str, HFChatCodec]:
+    """A chat codec (tokenizer only, never the weights) per policy whose model directory is here."""
+    codecs = {}
+    for name, directory in directories.items():
+        if directory is None:
+            continue
+        model = run_plan.policies[name].model
+        try:
+            codecs[name] = HFChatCodec.from_pretrained(directory, thaw(model.chat_template_kwargs))
+        except ConfigError as exc:
+            raise ConfigError(f"{model_key(cfg, name, model.path)}={model.path}: {exc}") from exc
+    return codecs
+
+
+def check_first_prompts(cfg: Config, run_plan: RunPlan, codecs: Mapping[str, HFChatCodec],
+                        training: Sequence[Problem], benchmarks: Mapping[str, Sequence[Problem]]) -> None:
+    """The first turn of the first training problems and of every benchmark problem renders and fits."""
+    limit = cfg.training.max_prompt_length
+    check_prompts(run_plan, codecs, training[:PREFLIGHT_PROBLEMS], limit, "training")
+    for name, problems in benchmarks.items():
+        check_prompts(run_plan, codecs, problems, limit, f"benchmark {name!r}")
+
+
+def describe_models(sources: Mapping[str, ModelSource], codecs: Mapping[str, HFChatCodec]) -> list[str]:
+    lines = []
+    for name, source in sources.items():
+        template = ("chat template renders the first prompts" if name in codecs
+                    else "chat template checked at start-up, once the model is here")
+        lines.append(f"model:    {name}: {source.describe()}; {template}")
+    return lines
