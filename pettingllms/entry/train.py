@@ -269,6 +269,8 @@ def train_command(argv: Sequence[str]) -> int:
         trainer, _ = run_training(name, overrides, directory)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # e.g. where the run's train.log holds the traceback
+            print(f"  {note}", file=sys.stderr)
         return 2
     print(f"run directory: {trainer.run_dir}")
     return 0

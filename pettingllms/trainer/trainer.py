@@ -305,6 +305,15 @@ class Trainer:
             trace = None if isinstance(exc, (KeyboardInterrupt, SystemExit)) else exc
             logging.getLogger(RECORD_LOGGER).error("the run stopped %s: %s: %s", where, type(exc).__name__, exc,
                                                    exc_info=trace)
+            # The console's one line points here (PEP 678 notes: the CLI prints them, tracebacks show them).
+            notes = getattr(exc, "__notes__", None)
+            if not isinstance(notes, list):
+                notes = []
+                try:
+                    exc.__notes__ = notes
+                except AttributeError:  # an exception type that refuses attributes: the record is still written
+                    return
+            notes.append(f"the run's record, with the traceback: {self.run_dir / 'train.log'}")
 
     def _detach_file_log(self) -> None:
         file_log, self._file_log = self._file_log, None

@@ -46,6 +46,7 @@ def test_an_env_crash_mid_run_leaves_the_traceback_and_the_step_in_train_log(tmp
     assert code == 2 and "error: CrashingTargets.step crashed" in err
     assert "Traceback" not in err  # the console keeps its one line
     (run_dir,) = tmp_path.glob("default/*/*")
+    assert f"the run's record, with the traceback: {run_dir / 'train.log'}" in err  # the one line says where to look
     record = (run_dir / "train.log").read_text()
     assert "the run stopped during step 2 (last completed step: 1): EnvError: CrashingTargets.step crashed" in record
     assert f'test_run_record.py", line {crash_line()}, in step' in record  # the env's own line
