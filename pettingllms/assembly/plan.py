@@ -104,7 +104,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
         norm_by_std=cfg.algorithm.norm_adv_by_std,
         filter=cfg.algorithm.filter,
         filter_ratio=cfg.algorithm.filter_ratio,
-        unit="episode" if cfg.rollout.mode == "trajectory" else "sample",  # trajectory: an episode's return counts once
+        unit=executor_config.advantage_unit,  # the samples' maker says what counts once in a group
     )
     worker_specs = worker_specs_of(cfg, policies)
     memory = check_gpu_memory(cfg, worker_specs) if check_memory and not isinstance(cfg, EvalRunConfig) else None

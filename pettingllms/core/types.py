@@ -90,9 +90,13 @@ GroupKey = tuple[int, int, str]
 """(problem slot in the batch, turn, agent). One GRPO group; slots are unique per batch, so problems never merge."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sample:
-    """One trainable (prompt, response) pair with everything needed to route, group and score it."""
+    """One trainable (prompt, response) pair with everything needed to route, group and score it.
+
+    Frozen: the executor makes each sample once, its group key and reward final (trajectory mode's too, made when
+    the episode's return is known), so nothing downstream can regroup or rescore it; a changed copy is
+    ``dataclasses.replace(sample, ...)``."""
 
     policy: str
     agent: str

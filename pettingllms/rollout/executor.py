@@ -21,6 +21,9 @@ and forms one group per (p, a) over all of them: every sample of agent a in epis
 return R_a(e) = alpha * team_reward(final state) + sum of a's local rewards in e, and the group's statistics
 count each episode once. Validation always uses independent mode.
 
+An episode keeps its scored nodes and makes its samples when it ends, each once, final: the mode decides their
+group key and reward there (``_samples``), since a trajectory sample's return is known only then.
+
 Every reward is read in one place, ``_rewards`` (a candidate's team and local reward, and an episode's final team
 reward): a NaN or infinite value stops the run there, naming the env, agent, turn, problem and output
 (``reward.non_finite=error``), or is dropped (``drop``): the candidate is never selected, and its sample is marked
@@ -86,6 +89,12 @@ class ExecutorConfig:
     max_response_length: int = 512
     non_finite: str = "error"  # a NaN or infinite reward: error (stop the run) | drop (out of groups and selection)
 
+    @property
+    def advantage_unit(self) -> str:
+        """What counts once in a group's mean and std (algo's ``AdvantageConfig.unit``): a sample, or in trajectory
+        mode an episode, whose samples of one agent all carry the same return."""
+        return "episode" if self.mode == "trajectory" else "sample"
+
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"rollout.mode must be one of {MODES}, got {self.mode!r}")
@@ -131,6 +140,7 @@ class _Node:
     """The K candidates of one agent at one (turn, stage)."""
 
     agent: str
+    turn: int
     prompt_ids: tuple[int, ...]
     messages: list
     candidates: list[_Candidate]
@@ -142,7 +152,6 @@ class _Node:
 class _EpisodeOutput:
     samples: list[Sample]
     record: EpisodeRecord
-    final_team_dropped: bool = False  # the final state's team reward was non-finite (drop): no return to score
 
 
 class Executor:
@@ -188,17 +197,14 @@ class Executor:
         self._env_s = 0.0
         self._dropped = []
         start = time.perf_counter()
+        by_return = mode == "trajectory"
         if mode == "tree":
-            coros = [self._episode(batcher, slot, p, s, f"p{slot}", k, validation) for slot, (p, s) in
+            coros = [self._episode(batcher, slot, p, s, f"p{slot}", k, validation, by_return) for slot, (p, s) in
                      enumerate(zip(problems, seeds))]
         else:
-            coros = [self._episode(batcher, slot, p, s, f"p{slot}e{e}", 1, validation)
+            coros = [self._episode(batcher, slot, p, s, f"p{slot}e{e}", 1, validation, by_return)
                      for slot, (p, s) in enumerate(zip(problems, seeds)) for e in range(k)]
         outputs = await batcher.run(coros)
-        if mode == "trajectory":
-            slots = [slot for slot in range(len(problems)) for _ in range(k)]
-            for slot, output in zip(slots, outputs):
-                self._score_by_return(output, slot)
         if self._dropped:
             log.warning("dropped %d non-finite reward(s) (reward.non_finite=drop); the first: %s", len(self._dropped),
                         self._dropped[0])
@@ -215,30 +221,14 @@ class Executor:
             timings=timings,
         )
 
-    def _score_by_return(self, output: "_EpisodeOutput", slot: int) -> None:
-        """Trajectory mode: each agent's samples of the episode get its return and the group (slot, episode, agent).
-
-        An agent whose return is undefined (one of its rewards, or the final team reward, was non-finite and dropped)
-        has all its samples of the episode dropped."""
-        team = self.config.alpha * output.record.team_reward
-        local: dict[str, float] = {}
-        undefined = {s.agent for s in output.samples if s.nonfinite_reward or output.final_team_dropped}
-        for sample in output.samples:
-            if not sample.failed:
-                local[sample.agent] = local.get(sample.agent, 0.0) + sample.local_reward
-        for sample in output.samples:
-            sample.group = (slot, WHOLE_EPISODE, sample.agent)
-            if sample.agent in undefined and not sample.failed:
-                sample.nonfinite_reward, sample.reward = True, 0.0
-            elif not sample.failed:
-                sample.reward = team + local[sample.agent]
-
     # ----------------------------------------------------------------------------------------------- episode
     async def _episode(
-        self, batcher: RequestBatcher, slot: int, problem: Problem, seed: int, episode: str, k: int, validation: bool
+        self, batcher: RequestBatcher, slot: int, problem: Problem, seed: int, episode: str, k: int, validation: bool,
+        by_return: bool,
     ) -> _EpisodeOutput:
+        """One episode from ``env.reset``; its samples are made at its end (``by_return``: trajectory mode)."""
         state = self._reset(problem, seed)
-        samples: list[Sample] = []
+        scored: list[_Node] = []  # every node of the episode, in order, selection done
         transcript: list[dict[str, Any]] = []
         terminated = truncated = False
         error = None
@@ -255,8 +245,8 @@ class Executor:
                     break
                 for node in nodes:
                     node.chosen = self._select(node, seed, turn)
-                    samples.extend(self._samples(node, slot, turn, episode, problem))
-                    transcript.append(_transcript_entry(turn, node))
+                    scored.append(node)
+                    transcript.append(_transcript_entry(node))
                     dropped += sum(c.nonfinite for c in node.candidates)
                 stuck = [node.agent for node in nodes if node.chosen is None]
                 if stuck:
@@ -288,7 +278,9 @@ class Executor:
             transcript=transcript,
             nonfinite_rewards=dropped,
         )
-        return _EpisodeOutput(samples, record, final_dropped)
+        returns = _episode_returns(scored, self.config.alpha * team_reward, final_dropped) if by_return else None
+        samples = [s for node in scored for s in self._samples(node, slot, episode, problem, returns)]
+        return _EpisodeOutput(samples, record)
 
     async def _expand(
         self,
@@ -313,7 +305,7 @@ class Executor:
             request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter,
                                         prefix_group=episode)
             requests.append((spec.policy, request))
-            nodes.append(_Node(name, prompt_ids, messages, [], temperature=sampling.temperature))
+            nodes.append(_Node(name, turn, prompt_ids, messages, [], temperature=sampling.temperature))
         results = await batcher.generate_many(requests)
         for node, result in zip(nodes, results):
             node.candidates = await self._score(state, node.agent, result.completions, problem, turn)
@@ -392,29 +384,41 @@ class Executor:
             state, terminated, truncated = step.state, step.terminated, step.truncated
         return state, terminated, truncated
 
-    def _samples(self, node: _Node, slot: int, turn: int, episode: str, problem: Problem) -> list[Sample]:
+    def _samples(self, node: _Node, slot: int, episode: str, problem: Problem,
+                 returns: Mapping[str, float | None] | None) -> list[Sample]:
+        """The node's samples, final. ``returns`` None (tree, independent): group (slot, turn, agent), each candidate
+        scored with its own reward. Trajectory mode (``returns``: each agent's episode return, None where undefined):
+        group (slot, WHOLE_EPISODE, agent), scored with the agent's return, or dropped with it."""
         spec = self.agents[node.agent]
+        if returns is None:
+            group, episode_return = (slot, node.turn, node.agent), None
+        else:
+            group, episode_return = (slot, WHOLE_EPISODE, node.agent), returns.get(node.agent)
         out = []
         for k, c in enumerate(node.candidates):
+            if returns is None or c.failed:
+                reward, nonfinite = (c.reward if c.selectable else 0.0), c.nonfinite
+            else:  # a candidate with a non-finite reward leaves its agent's return undefined (_episode_returns)
+                reward, nonfinite = (0.0, True) if episode_return is None else (episode_return, False)
             out.append(
                 Sample(
                     policy=spec.policy,
                     agent=node.agent,
-                    turn=turn,
-                    group=(slot, turn, node.agent),
+                    turn=node.turn,
+                    group=group,
                     episode=episode,
                     problem_id=problem.problem_id,
                     branch=k,
                     prompt_ids=node.prompt_ids,
                     response_ids=c.completion.token_ids,
                     response_logprobs=c.completion.logprobs,
-                    reward=c.reward if c.selectable else 0.0,
+                    reward=reward,
                     temperature=node.temperature,
                     team_reward=c.team,
                     local_reward=c.local,
                     adapter=spec.adapter,
                     failed=c.failed,
-                    nonfinite_reward=c.nonfinite,
+                    nonfinite_reward=nonfinite,
                     truncated=c.completion.finish_reason == FINISH_LENGTH,
                     chosen=k == node.chosen,
                     response_text=c.completion.text,
@@ -471,10 +475,25 @@ def _excerpt(text: str) -> str:
     return f"{text[:OUTPUT_EXCERPT]!r}... ({len(text)} chars)"
 
 
-def _transcript_entry(turn: int, node: _Node) -> dict[str, Any]:
+def _episode_returns(nodes: Sequence[_Node], team: float, team_dropped: bool) -> dict[str, float | None]:
+    """Each agent's return over an episode's nodes: ``team`` (alpha * the final state's team reward) + the sum of its
+    local rewards. None (undefined) for an agent one of whose rewards, or for everyone when the final team reward,
+    was non-finite and dropped: all its samples of the episode are dropped with it. Failed generations add nothing."""
+    local: dict[str, float] = {}
+    undefined: set[str] = set()
+    for node in nodes:
+        for c in node.candidates:
+            if c.nonfinite or team_dropped:
+                undefined.add(node.agent)
+            if not c.failed:
+                local[node.agent] = local.get(node.agent, 0.0) + c.local
+    return {agent: None if agent in undefined else team + total for agent, total in local.items()}
+
+
+def _transcript_entry(node: _Node) -> dict[str, Any]:
     chosen = node.candidates[node.chosen] if node.chosen is not None else None
     return {
-        "turn": turn,
+        "turn": node.turn,
         "agent": node.agent,
         "prompt": node.messages,
         "response": chosen.completion.text if chosen else None,

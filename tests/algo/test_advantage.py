@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -122,6 +123,6 @@ def test_a_non_finite_reward_never_reaches_the_group_statistics_silently():
     samples = [_sample((0, 0, "a"), 1.0), _sample((0, 0, "a"), 0.0), _sample((0, 0, "a"), math.nan)]
     with pytest.raises(ValueError, match=r"agent 'a' \(problem 'q', turn 0\) has reward nan"):
         score_samples(samples, AdvantageConfig())
-    samples[2].nonfinite_reward = True  # reward.non_finite=drop marked it: out of the group, the others keep signal
+    samples[2] = dataclasses.replace(samples[2], nonfinite_reward=True)  # reward.non_finite=drop: out of the group
     dropped = score_samples(samples, AdvantageConfig())
     assert dropped.in_loss == [True, True, False] and dropped.advantages[0] > 0 > dropped.advantages[1]

@@ -4,6 +4,8 @@ the model's config."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from pettingllms.learner import LearnerConfig, PolicyLearner
@@ -38,9 +40,7 @@ def test_the_ratio_is_exactly_one_before_any_step_at_t_not_1_with_dropout_config
     model.config.attention_dropout = 0.3  # what transformers' attention layers read in train mode
     for layer in model.model.layers:
         layer.self_attn.attention_dropout = 0.3
-    samples = make_samples(8, seed=5)
-    for sample in samples:
-        sample.temperature = 1.5
+    samples = [dataclasses.replace(sample, temperature=1.5) for sample in make_samples(8, seed=5)]
     # Two mini-batches: old logprobs come from a separate no-grad pass, the ratio from the training forward.
     # lr is so small that no weight moves, so every mini-batch is still "before the first step".
     config = LearnerConfig(total_steps=1, lr=1e-30, ppo_mini_batch_size=4, grad_clip=None)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 
@@ -53,11 +54,34 @@ def test_every_sample_carries_its_episodes_return(make_executor):
     assert len(set(by_episode_reward.values())) > 1  # different episodes, different returns
 
 
+def test_samples_are_made_final_and_nothing_can_regroup_or_rescore_them(make_executor):
+    env = TargetsEnv(max_turns=2, threshold=2.0)
+    executor, _ = make_executor(env, by_episode, branching=2, mode="trajectory")
+    samples = executor.run(problems(1), seeds=[0]).samples
+    for sample in samples:
+        for name, value in (("group", (0, sample.turn, sample.agent)), ("reward", 123.0), ("nonfinite_reward", True)):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(sample, name, value)
+        assert sample.group == (0, WHOLE_EPISODE, sample.agent) and sample.reward != 123.0
+    changed = dataclasses.replace(samples[0], reward=123.0)  # the way to a changed copy
+    assert changed.reward == 123.0 and samples[0].reward != 123.0
+
+
+@pytest.mark.parametrize("mode, unit", [("tree", "sample"), ("independent", "sample"), ("trajectory", "episode")])
+def test_the_group_statistics_count_what_the_rollout_mode_makes(mode, unit):
+    from pettingllms.assembly.plan import plan
+    from pettingllms.entry.train import load_config
+
+    run_plan = plan(load_config("train", ["env.name=toy_targets", f"rollout.mode={mode}"]), check_memory=False)
+    assert run_plan.executor_config.mode == mode
+    assert run_plan.advantage_config.unit == run_plan.executor_config.advantage_unit == unit
+
+
 def test_group_statistics_count_each_episode_once_and_failed_samples_never(make_executor):
     env = TargetsEnv(max_turns=2, threshold=2.0)
     executor, _ = make_executor(env, by_episode, branching=4, mode="trajectory")
     samples = executor.run(problems(2), seeds=[0, 1]).samples
-    samples[0].failed = True  # a failed generation: out of the statistics and the loss
+    samples[0] = dataclasses.replace(samples[0], failed=True)  # a failed generation: out of the statistics and the loss
     scored = score_samples(samples, AdvantageConfig(unit="episode", eps=0.0))
     for slot in range(2):
         for agent in ("alice", "bob"):
