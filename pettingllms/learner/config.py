@@ -5,9 +5,8 @@ Every value is checked on construction, so a wrong setting fails at start-up wit
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import InitVar, dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from pettingllms.core.choices import DType, KLType, LossAggMode
 
@@ -22,7 +21,6 @@ class KLPenalty:
 
     ``coef == 0`` turns it off, and then no reference model or reference forward pass exists at all.
     ``adaptive`` uses the adaptive controller (Ziegler et al.), updated once per training step towards ``target``.
-    verl's names ``init_kl_coeff``, ``kl_target`` and ``kl_horizon`` are accepted as aliases.
     """
 
     coef: float = 0.0
@@ -30,23 +28,8 @@ class KLPenalty:
     adaptive: bool = False
     target: float = 0.01
     horizon: int = 1000  # as the config default (algorithm.kl.kl_horizon)
-    init_kl_coeff: InitVar[float | None] = None
-    kl_target: InitVar[float | None] = None
-    kl_horizon: InitVar[int | None] = None
 
-    def __post_init__(self, init_kl_coeff: float | None, kl_target: float | None, kl_horizon: int | None) -> None:
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for alias, canonical, value in (
-            ("init_kl_coeff", "coef", init_kl_coeff),
-            ("kl_target", "target", kl_target),
-            ("kl_horizon", "horizon", kl_horizon),
-        ):
-            if value is None:
-                continue
-            current = getattr(self, canonical)
-            if current != defaults[canonical] and current != value:
-                raise ValueError(f"KLPenalty: {alias}={value} conflicts with {canonical}={current}; set only one")
-            setattr(self, canonical, value)
+    def __post_init__(self) -> None:
         self.validate()
 
     @property
@@ -161,33 +144,6 @@ class LearnerConfig:
         _check(self.tis_cap == 0 or self.tis_cap >= 1, f"tis_cap (algorithm.tis_cap) must be 0 (off) or >= 1 (the "
                                                        f"largest importance weight), got {self.tis_cap}")
         self.kl.validate()
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "LearnerConfig":
-        """Build from a flat or nested mapping (e.g. a Hydra node).
-
-        Accepts ``kl`` as a mapping, and verl's flat KL names ``kl_coef``/``init_kl_coeff``, ``kl_target``,
-        ``kl_horizon``, ``kl_type``/``kl_penalty`` and ``adaptive_kl``. Unknown keys raise, naming them.
-        """
-        values = dict(values)
-        kl_values = dict(values.pop("kl", None) or {})
-        flat_kl = {
-            "kl_coef": "coef",
-            "init_kl_coeff": "init_kl_coeff",
-            "kl_target": "kl_target",
-            "kl_horizon": "kl_horizon",
-            "kl_type": "type",
-            "kl_penalty": "type",
-            "adaptive_kl": "adaptive",
-        }
-        for flat, name in flat_kl.items():
-            if flat in values:
-                kl_values[name] = values.pop(flat)
-        known = {f.name for f in dataclasses.fields(cls)} - {"kl"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown learner config keys {unknown}; valid keys: {sorted(known | {'kl', *flat_kl})}")
-        return cls(kl=KLPenalty(**kl_values), **values)
 
 
 def _check(condition: bool, message: str) -> None:
