@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from pettingllms.algo.losses import PPOLossSettings
 from pettingllms.core.choices import DType, KLType, LossAggMode
 
 LOSS_AGG_MODES = LossAggMode.values()  # only modes whose micro-batch losses add up exactly (core/choices.py)
@@ -144,6 +145,17 @@ class LearnerConfig:
         _check(self.tis_cap == 0 or self.tis_cap >= 1, f"tis_cap (algorithm.tis_cap) must be 0 (off) or >= 1 (the "
                                                        f"largest importance weight), got {self.tis_cap}")
         self.kl.validate()
+
+    def loss_settings(self) -> PPOLossSettings:
+        """The settings of the per-micro-batch objective (``algo/losses.py``)."""
+        return PPOLossSettings(
+            loss_agg_mode=self.loss_agg_mode,
+            clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high,
+            clip_ratio_c=self.clip_ratio_c,
+            entropy_coeff=self.entropy_coeff,
+            kl_type=self.kl.type,
+        )
 
 
 def _check(condition: bool, message: str) -> None:
