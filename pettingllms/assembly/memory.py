@@ -6,11 +6,11 @@ Everything here is arithmetic over the model's config.json and the run's setting
 GPU or reaches the network. Sizes are bytes unless a name says otherwise; the printout is in GB (1e9 bytes).
 The terms follow what the code does:
 
-- learner (``learner/learner.py``, ``learner/sharding.py``, ``runtime/worker.py``): the weights are loaded in the
-  master dtype (float32 unless ``master_weights=bfloat16``), the LoRA base included; FSDP2 shards them, their
-  gradients and the AdamW state (two tensors per trained parameter, same dtype) over the policy's ranks; with
-  ``dtype=bfloat16`` FSDP's MixedPrecisionPolicy all-gathers bf16 copies layer by layer, and a one-rank group
-  without FSDP autocasts instead, which keeps a bf16 cast of every linear weight for the backward;
+- learner (``learner/learner.py``, ``learner/forward.py``, ``learner/sharding.py``, ``runtime/worker.py``): the
+  weights are loaded in the master dtype (float32 unless ``master_weights=bfloat16``), the LoRA base included; FSDP2
+  shards them, their gradients and the AdamW state (two tensors per trained parameter, same dtype) over the
+  policy's ranks; with ``dtype=bfloat16`` FSDP's MixedPrecisionPolicy all-gathers bf16 copies layer by layer, and a
+  one-rank group without FSDP autocasts instead, which keeps a bf16 cast of every linear weight for the backward;
 - activations: the tensors autograd saves for the backward at ``optim.micro_batch_max_tokens`` tokens, counted
   op by op for a Llama/Qwen decoder layer (``layer_activation_bytes``), plus the learner's 4-D attention mask,
   which the SDPA kernel converts to an additive mask in the compute dtype and saves once per layer;

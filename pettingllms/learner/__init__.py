@@ -3,7 +3,8 @@ FSDP2 sharding, state and exports."""
 
 from pettingllms.learner.batching import PolicyBatch, build_batch, micro_batches_by_tokens, split_mini_batches
 from pettingllms.learner.config import KLPenalty, LearnerConfig
-from pettingllms.learner.learner import ADAPTERS_DISABLED, PolicyLearner
+from pettingllms.learner.forward import ADAPTERS_DISABLED
+from pettingllms.learner.learner import PolicyLearner
 
 __all__ = [
     "ADAPTERS_DISABLED",

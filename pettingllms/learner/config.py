@@ -5,10 +5,10 @@ Every value is checked on construction, so a wrong setting fails at start-up wit
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import InitVar, dataclass, field
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Mapping
 
+from pettingllms.algo.losses import PPOLossSettings
 from pettingllms.core.choices import DType, KLType, LossAggMode
 
 LOSS_AGG_MODES = LossAggMode.values()  # only modes whose micro-batch losses add up exactly (core/choices.py)
@@ -22,7 +22,6 @@ class KLPenalty:
 
     ``coef == 0`` turns it off, and then no reference model or reference forward pass exists at all.
     ``adaptive`` uses the adaptive controller (Ziegler et al.), updated once per training step towards ``target``.
-    verl's names ``init_kl_coeff``, ``kl_target`` and ``kl_horizon`` are accepted as aliases.
     """
 
     coef: float = 0.0
@@ -30,23 +29,8 @@ class KLPenalty:
     adaptive: bool = False
     target: float = 0.01
     horizon: int = 1000  # as the config default (algorithm.kl.kl_horizon)
-    init_kl_coeff: InitVar[float | None] = None
-    kl_target: InitVar[float | None] = None
-    kl_horizon: InitVar[int | None] = None
 
-    def __post_init__(self, init_kl_coeff: float | None, kl_target: float | None, kl_horizon: int | None) -> None:
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for alias, canonical, value in (
-            ("init_kl_coeff", "coef", init_kl_coeff),
-            ("kl_target", "target", kl_target),
-            ("kl_horizon", "horizon", kl_horizon),
-        ):
-            if value is None:
-                continue
-            current = getattr(self, canonical)
-            if current != defaults[canonical] and current != value:
-                raise ValueError(f"KLPenalty: {alias}={value} conflicts with {canonical}={current}; set only one")
-            setattr(self, canonical, value)
+    def __post_init__(self) -> None:
         self.validate()
 
     @property
@@ -162,32 +146,16 @@ class LearnerConfig:
                                                        f"largest importance weight), got {self.tis_cap}")
         self.kl.validate()
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> "LearnerConfig":
-        """Build from a flat or nested mapping (e.g. a Hydra node).
-
-        Accepts ``kl`` as a mapping, and verl's flat KL names ``kl_coef``/``init_kl_coeff``, ``kl_target``,
-        ``kl_horizon``, ``kl_type``/``kl_penalty`` and ``adaptive_kl``. Unknown keys raise, naming them.
-        """
-        values = dict(values)
-        kl_values = dict(values.pop("kl", None) or {})
-        flat_kl = {
-            "kl_coef": "coef",
-            "init_kl_coeff": "init_kl_coeff",
-            "kl_target": "kl_target",
-            "kl_horizon": "kl_horizon",
-            "kl_type": "type",
-            "kl_penalty": "type",
-            "adaptive_kl": "adaptive",
-        }
-        for flat, name in flat_kl.items():
-            if flat in values:
-                kl_values[name] = values.pop(flat)
-        known = {f.name for f in dataclasses.fields(cls)} - {"kl"}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown learner config keys {unknown}; valid keys: {sorted(known | {'kl', *flat_kl})}")
-        return cls(kl=KLPenalty(**kl_values), **values)
+    def loss_settings(self) -> PPOLossSettings:
+        """The settings of the per-micro-batch objective (``algo/losses.py``)."""
+        return PPOLossSettings(
+            loss_agg_mode=self.loss_agg_mode,
+            clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high,
+            clip_ratio_c=self.clip_ratio_c,
+            entropy_coeff=self.entropy_coeff,
+            kl_type=self.kl.type,
+        )
 
 
 def _check(condition: bool, message: str) -> None:

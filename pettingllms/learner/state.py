@@ -4,83 +4,104 @@
 have optimiser state); the tensors (trained weights, AdamW state) go through torch.distributed.checkpoint (DCP),
 which writes each rank's shards from where they live and reshards on load: a state written by N FSDP ranks loads
 into M ranks or into a plain single-process learner. ``snapshot``/``restore`` keep the same state in memory.
+
+Every function here works on a ``StateView``, the learner's parts named explicitly (``PolicyLearner.state_view``), so
+this module knows nothing else of the learner. Loading restores the tensors, optimiser, scheduler and KL controllers
+in place and returns the saved step counter, which the learner adopts.
 """
 
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 
 from pettingllms.learner.weights import trained_parameter_names
 
-if TYPE_CHECKING:
-    from pettingllms.learner.learner import PolicyLearner
-
 FORMAT = 2
 
 
-def learner_meta(learner: "PolicyLearner", optimizer_state_params: Sequence[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StateView:
+    """The parts of a learner that its state is made of, as they are when the view is taken.
+
+    kl_controllers: one per stream, each with a ``value`` (empty when the KL loss is off); adapter_names and frozen:
+    the LoRA layout a saved state must match; step: the number of ``update`` calls so far.
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    kl_controllers: Sequence[Any]
+    adapter_names: Sequence[str]
+    frozen: frozenset[str]
+    step: int
+
+
+def learner_meta(view: StateView, optimizer_state_params: Sequence[str]) -> dict[str, Any]:
     """The state every rank shares, as plain JSON-able values."""
     return {
         "format": FORMAT,
-        "step": learner.step,
-        "scheduler": learner.scheduler.state_dict(),
-        "kl_coefs": [float(c.value) for c in learner.kl_controllers],
-        "adapter_names": list(learner.adapter_names),
-        "frozen": sorted(learner.frozen),
+        "step": view.step,
+        "scheduler": view.scheduler.state_dict(),
+        "kl_coefs": [float(c.value) for c in view.kl_controllers],
+        "adapter_names": list(view.adapter_names),
+        "frozen": sorted(view.frozen),
         "optimizer_state_params": list(optimizer_state_params),
     }
 
 
-def check_meta(learner: "PolicyLearner", meta: Mapping[str, Any], what: str) -> None:
+def check_meta(view: StateView, meta: Mapping[str, Any], what: str) -> None:
     """Raise unless a saved state fits this learner: format, adapters, frozen adapters, KL on or off."""
     if meta.get("format") != FORMAT:
         raise ValueError(f"{what} format {meta.get('format')!r} is not {FORMAT}")
-    if list(meta["adapter_names"]) != list(learner.adapter_names) or sorted(meta["frozen"]) != sorted(learner.frozen):
+    if list(meta["adapter_names"]) != list(view.adapter_names) or sorted(meta["frozen"]) != sorted(view.frozen):
         raise ValueError(
             f"{what} was saved with adapters {meta['adapter_names']} (frozen {meta['frozen']}); "
-            f"this learner has {list(learner.adapter_names)} (frozen {sorted(learner.frozen)})"
+            f"this learner has {list(view.adapter_names)} (frozen {sorted(view.frozen)})"
         )
-    if len(meta["kl_coefs"]) != len(learner.kl_controllers):
+    if len(meta["kl_coefs"]) != len(view.kl_controllers):
         raise ValueError(f"{what} and this learner disagree on whether the KL loss is on")
 
 
-def restore_meta(learner: "PolicyLearner", meta: Mapping[str, Any]) -> None:
-    learner.scheduler.load_state_dict(meta["scheduler"])
-    for controller, value in zip(learner.kl_controllers, meta["kl_coefs"]):
+def restore_meta(view: StateView, meta: Mapping[str, Any]) -> int:
+    """Restore the LR schedule and KL coefficients in place; returns the saved step."""
+    view.scheduler.load_state_dict(meta["scheduler"])
+    for controller, value in zip(view.kl_controllers, meta["kl_coefs"]):
         controller.value = value
-    learner.step = int(meta["step"])
+    return int(meta["step"])
 
 
-def snapshot(learner: "PolicyLearner") -> dict[str, Any]:
+def snapshot(view: StateView) -> dict[str, Any]:
     """An in-memory copy (host tensors) of everything a resumed run needs; ``restore`` loads it back."""
-    names = set(trained_parameter_names(learner.model, learner.adapter_names))
-    params = dict(learner.model.named_parameters())
-    with_state = [name for name in params if name in names and params[name] in learner.optimizer.state]
+    names = set(trained_parameter_names(view.model, view.adapter_names))
+    params = dict(view.model.named_parameters())
+    with_state = [name for name in params if name in names and params[name] in view.optimizer.state]
     return {
-        "meta": learner_meta(learner, with_state),
+        "meta": learner_meta(view, with_state),
         "model": {n: p.detach().to("cpu", copy=True) for n, p in params.items() if n in names},
-        "optimizer": _to_host(learner.optimizer.state_dict()),
+        "optimizer": _to_host(view.optimizer.state_dict()),
     }
 
 
-def restore(learner: "PolicyLearner", state: Mapping[str, Any]) -> None:
-    check_meta(learner, state["meta"], "learner state")
-    params = {n: p for n, p in learner.model.named_parameters()
-              if n in set(trained_parameter_names(learner.model, learner.adapter_names))}
+def restore(view: StateView, state: Mapping[str, Any]) -> int:
+    """Load what ``snapshot`` took back into the view's parts; returns the saved step."""
+    check_meta(view, state["meta"], "learner state")
+    params = {n: p for n, p in view.model.named_parameters()
+              if n in set(trained_parameter_names(view.model, view.adapter_names))}
     missing, unexpected = sorted(set(params) - set(state["model"])), sorted(set(state["model"]) - set(params))
     if missing or unexpected:
         raise ValueError(f"saved weights do not match: missing {missing[:5]}, unexpected {unexpected[:5]}")
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(state["model"][name])
-    learner.optimizer.load_state_dict(state["optimizer"])
-    restore_meta(learner, state["meta"])
+    view.optimizer.load_state_dict(state["optimizer"])
+    return restore_meta(view, state["meta"])
 
 
 def _to_host(value: Any) -> Any:
@@ -93,7 +114,7 @@ def _to_host(value: Any) -> Any:
     return value
 
 
-def save_sharded(learner: "PolicyLearner", directory: str | Path) -> dict[str, Any]:
+def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
     """Write the learner's weights and optimiser state with DCP into ``directory`` (a collective).
 
     Returns the rest of the learner's state, which is the same on every rank (step, LR schedule, KL controllers,
@@ -103,19 +124,20 @@ def save_sharded(learner: "PolicyLearner", directory: str | Path) -> dict[str, A
     """
     import torch.distributed.checkpoint as dcp
 
-    with_state = [name for name, param in learner.model.named_parameters() if param in learner.optimizer.state]
-    state: dict[str, Any] = {"model": _trained_weights(learner)}
+    with_state = [name for name, param in view.model.named_parameters() if param in view.optimizer.state]
+    state: dict[str, Any] = {"model": _trained_weights(view)}
     if with_state:  # an optimiser that never stepped has nothing to save (and must not be initialised here)
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        with _requiring_grad(_optimizer_params(learner)):
-            state["optimizer"] = get_optimizer_state_dict(learner.model, learner.optimizer)
+        with _requiring_grad(_optimizer_params(view)):
+            state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
     dcp.save(state, checkpoint_id=str(directory))
-    return learner_meta(learner, with_state)
+    return learner_meta(view, with_state)
 
 
-def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[str, Any]) -> None:
-    """Restore what ``save_sharded`` wrote (a collective), whatever the number of ranks that wrote it.
+def load_sharded(view: StateView, directory: str | Path, meta: Mapping[str, Any]) -> int:
+    """Restore what ``save_sharded`` wrote (a collective), whatever the number of ranks that wrote it; returns the
+    saved step.
 
     Works for an FSDP learner of any world size and for a plain single-process learner: DCP reads the byte
     ranges each destination shard needs, and nothing in the checkpoint can run code (``safe_dcp.py``). The
@@ -131,46 +153,46 @@ def load_sharded(learner: "PolicyLearner", directory: str | Path, meta: Mapping[
 
     from pettingllms.learner.safe_dcp import METADATA_FILE, load_dcp
 
-    check_meta(learner, meta, "sharded learner state")
+    check_meta(view, meta, "sharded learner state")
     path = Path(directory)
     if not (path / METADATA_FILE).is_file():
         raise FileNotFoundError(f"no sharded (DCP) checkpoint in {path}")
     with_state = set(meta["optimizer_state_params"])
-    state: dict[str, Any] = {"model": _trained_weights(learner)}
+    state: dict[str, Any] = {"model": _trained_weights(view)}
     # torch's state-dict helpers skip parameters that do not require grad (peft freezes inactive adapters), so
     # every optimiser parameter requires grad while they run.
-    with _requiring_grad(_optimizer_params(learner)):
+    with _requiring_grad(_optimizer_params(view)):
         if with_state:
             # A fresh optimiser has no state to load into: torch creates it with one zero-LR step. Keep exactly
             # the entries that were saved, so the template matches the checkpoint key for key.
-            learner.optimizer.state.clear()
-            get_optimizer_state_dict(learner.model, learner.optimizer)
-            _drop_state_except(learner, with_state)
-            state["optimizer"] = get_optimizer_state_dict(learner.model, learner.optimizer)
+            view.optimizer.state.clear()
+            get_optimizer_state_dict(view.model, view.optimizer)
+            _drop_state_except(view, with_state)
+            state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
         load_dcp(state, path)
-        set_model_state_dict(learner.model, state["model"], options=StateDictOptions(strict=False))
+        set_model_state_dict(view.model, state["model"], options=StateDictOptions(strict=False))
         if with_state:
-            set_optimizer_state_dict(learner.model, learner.optimizer, state["optimizer"])
-    _drop_state_except(learner, with_state)
-    restore_meta(learner, meta)
+            set_optimizer_state_dict(view.model, view.optimizer, state["optimizer"])
+    _drop_state_except(view, with_state)
+    return restore_meta(view, meta)
 
 
-def _trained_weights(learner: "PolicyLearner") -> dict[str, Any]:
+def _trained_weights(view: StateView) -> dict[str, Any]:
     """The model state DCP saves and loads in place: trained weights only, never frozen base weights."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    names = set(trained_parameter_names(learner.model, learner.adapter_names))
-    return {k: v for k, v in get_model_state_dict(learner.model).items() if k in names}
+    names = set(trained_parameter_names(view.model, view.adapter_names))
+    return {k: v for k, v in get_model_state_dict(view.model).items() if k in names}
 
 
-def _optimizer_params(learner: "PolicyLearner") -> list[torch.Tensor]:
-    return [param for group in learner.optimizer.param_groups for param in group["params"]]
+def _optimizer_params(view: StateView) -> list[torch.Tensor]:
+    return [param for group in view.optimizer.param_groups for param in group["params"]]
 
 
-def _drop_state_except(learner: "PolicyLearner", names: set[str]) -> None:
-    for name, param in learner.model.named_parameters():
+def _drop_state_except(view: StateView, names: set[str]) -> None:
+    for name, param in view.model.named_parameters():
         if name not in names:
-            learner.optimizer.state.pop(param, None)
+            view.optimizer.state.pop(param, None)
 
 
 @contextmanager
@@ -183,7 +205,6 @@ def _requiring_grad(params: Sequence[torch.Tensor]) -> Iterator[None]:
     finally:
         for p, flag in saved:
             p.requires_grad_(flag)
-
 
 
 def export_hf_model(model: nn.Module, adapter_names: Sequence[str], dest_dir: str | Path) -> list[Path]:

@@ -1,5 +1,5 @@
-"""What one training iteration measured: sums over micro-batches (and over FSDP ranks) turned into step metrics, and
-the rollout-learner agreement (how far the engine's logprobs are from the learner's on the same tokens)."""
+"""What one training iteration measured: sums over micro-batches (and over FSDP ranks) turned into step metrics.
+(The rollout-learner agreement has its own unit, ``learner/rollout_check.py``.)"""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import math
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-import torch
-
 from pettingllms.algo.losses import ObjectiveParts
+from pettingllms.core.types import Sample
 from pettingllms.learner.data_parallel import DataParallel
 
 
@@ -106,58 +105,32 @@ class StepTally:
         }
 
 
-class RolloutAgreement:
-    """Per stream (adapter, or None for a full model): sums over response tokens that the engine reported a logprob
-    for, of |logprob_engine - logprob_learner| and of the k3 estimate of KL(engine || learner).
-
-    Both logprobs are the raw ones (temperature 1, no top-k/top-p): the quantity both engines report, so equal
-    weights give equal values whatever the sampling settings. k3 = exp(d) - 1 - d with d = learner - engine: each
-    term is >= 0, and its mean estimates the KL under the engine's samples.
-    """
-
-    def __init__(self) -> None:
-        self.tokens: dict[Any, float] = defaultdict(float)
-        self.abs_diff: dict[Any, float] = defaultdict(float)
-        self.k3: dict[Any, float] = defaultdict(float)
-
-    def add(self, stream: str | None, learner: torch.Tensor, engine: torch.Tensor, mask: torch.Tensor) -> None:
-        """learner, engine, mask: (N, T); mask 1.0 on tokens with an engine logprob (failed samples excluded)."""
-        with torch.no_grad():
-            # float64 and expm1: k3 ~ d^2 / 2 is far below float32's resolution of exp(d) - 1 for the small d of
-            # matching weights (d ~ 1e-7 would give exactly 0 and hide a 1e-4 drift's 5e-9 among rounding).
-            mask = mask.double()
-            diff = (learner.double() - engine.double()) * mask
-            self.tokens[stream] += float(mask.sum())
-            self.abs_diff[stream] += float(diff.abs().sum())
-            self.k3[stream] += float(((torch.expm1(diff) - diff) * mask).sum())
-
-    def merge_ranks(self, data_parallel: DataParallel, streams: Sequence[str | None]) -> None:
-        """Sums over every data-parallel rank (a collective; every rank must call it with the same streams)."""
-        if not data_parallel.is_distributed:
-            return
-        flat = [v for s in streams for v in (self.tokens[s], self.abs_diff[s], self.k3[s])]
-        total = iter(data_parallel.all_reduce_sum(flat))
-        for stream in streams:
-            self.tokens[stream], self.abs_diff[stream], self.k3[stream] = next(total), next(total), next(total)
-
-    def of(self, stream: str | None) -> tuple[float, float, float] | None:
-        """(tokens, mean |diff|, mean k3) of a stream, or None when it had no token with an engine logprob."""
-        tokens = self.tokens.get(stream, 0.0)
-        if tokens <= 0:
-            return None
-        return tokens, self.abs_diff[stream] / tokens, self.k3[stream] / tokens
-
-    def metrics(self, streams: Sequence[str | None]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        seen = [(s, v) for s in streams if (v := self.of(s)) is not None]
-        if not seen:
-            return out
-        tokens = sum(v[0] for _, v in seen)
-        out["rollout/logprob_abs_diff"] = sum(v[0] * v[1] for _, v in seen) / tokens
-        out["rollout/kl_k3"] = sum(v[0] * v[2] for _, v in seen) / tokens
-        out["rollout/tokens"] = tokens
-        for stream, (count, diff, k3) in seen:
-            if stream is not None:
-                out[f"adapter/{stream}/rollout/logprob_abs_diff"] = diff
-                out[f"adapter/{stream}/rollout/kl_k3"] = k3
-        return out
+def step_metrics(
+    samples: Sequence[Sample],
+    by_stream: Mapping[str | None, Sequence[int]],
+    skipped: Mapping[str, int],
+    kl_coefs: Mapping[str | None, float],
+    lr: float,
+    optimizer_steps: int,
+    adapter_names: Sequence[str],
+    tally: StepTally,
+) -> dict[str, float]:
+    """What the step trained on (sequences, tokens, optimizer steps, what was skipped), at which LR and KL
+    coefficient; under LoRA also per adapter, with its gradient norm."""
+    metrics: dict[str, float] = {
+        "lr": lr,
+        "num_sequences": float(sum(len(i) for i in by_stream.values())),
+        "num_tokens": float(sum(len(samples[i].response_ids) for idx in by_stream.values() for i in idx)),
+        "num_optimizer_steps": float(optimizer_steps),
+        "kl_coef": (sum(kl_coefs.values()) / len(kl_coefs)) if kl_coefs else 0.0,
+        **{key: float(value) for key, value in skipped.items()},
+    }
+    for name in adapter_names:
+        indices = by_stream.get(name, ())
+        prefix = f"adapter/{name}/"
+        metrics[prefix + "num_sequences"] = float(len(indices))
+        metrics[prefix + "num_tokens"] = float(sum(len(samples[i].response_ids) for i in indices))
+        metrics[prefix + "grad_norm"] = tally.stream_grad_norm(name)
+        if name in kl_coefs:
+            metrics[prefix + "kl_coef"] = kl_coefs[name]
+    return metrics

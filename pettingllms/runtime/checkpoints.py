@@ -155,11 +155,9 @@ def save_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     """Write one rank's part of a policy's state into ``folder`` (a collective when the learner is sharded)."""
     import torch
 
-    from pettingllms.learner.state import save_sharded
-
     folder.mkdir(parents=True, exist_ok=True)
     with _quiet_single_process():
-        meta = save_sharded(learner, folder / SHARDS_DIR) if learner is not None else None
+        meta = learner.save_sharded(folder / SHARDS_DIR) if learner is not None else None
     torch.save({"torch_rng": torch.get_rng_state(), "engine_rng": engine_rng}, folder / RANK_FILE.format(rank=rank))
     if rank == 0:
         (folder / META_FILE).write_text(json.dumps({"format": FORMAT, "world_size": world_size, "learner": meta},
@@ -188,14 +186,12 @@ def load_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     (None when the saving run had no engine on this rank, e.g. it had fewer engines)."""
     import torch
 
-    from pettingllms.learner.state import load_sharded
-
     meta = read_meta(folder, policy)
     if learner is not None:
         if meta["learner"] is None:
             raise ConfigError(f"checkpoint of policy {policy!r} in {folder} holds no learner state (it was frozen)")
         with _quiet_single_process():
-            load_sharded(learner, folder / SHARDS_DIR, meta["learner"])
+            learner.load_sharded(folder / SHARDS_DIR, meta["learner"])
     rank_path = folder / RANK_FILE.format(rank=rank)
     if not rank_path.is_file():  # a rank the saving run did not have keeps its seeded RNG
         return None

@@ -264,10 +264,10 @@ def test_the_dry_run_prints_the_plan_and_refuses_a_gpu_too_small(capsys, monkeyp
 
 # ------------------------------------------------------------------------------------- assumptions vs the code
 def test_the_learner_frees_gradients_between_updates_and_keeps_dropout_off():
-    from pettingllms.learner import learner
+    from pettingllms.learner import forward, learner
 
     assert "zero_grad(set_to_none=True)" in inspect.getsource(learner.PolicyLearner.update)
-    assert "logits_to_keep" in inspect.getsource(learner.PolicyLearner._forward_logits)
+    assert "logits_to_keep" in inspect.getsource(forward.ForwardPass._logits)
 
 
 def test_the_gpu_plan_saves_k_and_v_as_the_cuda_attention_expands_them():

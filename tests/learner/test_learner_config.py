@@ -39,11 +39,12 @@ def test_bad_values_name_the_field(field, value):
         LearnerConfig(total_steps=10, **{field: value})
 
 
-def test_kl_config_accepts_verl_names_and_rejects_conflicts():
-    kl = KLPenalty(init_kl_coeff=0.05, kl_target=0.02, kl_horizon=500, adaptive=True)
+def test_kl_config_takes_one_name_per_setting():
+    kl = KLPenalty(coef=0.05, target=0.02, horizon=500, adaptive=True)
     assert (kl.coef, kl.target, kl.horizon, kl.enabled) == (0.05, 0.02, 500, True)
     assert not KLPenalty().enabled
-    with pytest.raises(ValueError, match="conflicts"):
+    # verl's names are the run config's (algorithm.kl.*), mapped once by the plan; the learner takes no aliases.
+    with pytest.raises(TypeError, match="init_kl_coeff"):
         KLPenalty(coef=0.1, init_kl_coeff=0.2)
     with pytest.raises(ValueError, match="kl.type"):
         KLPenalty(type="k9")
@@ -53,13 +54,24 @@ def test_kl_config_accepts_verl_names_and_rejects_conflicts():
         KLPenalty(coef=0.1, adaptive=True, target=0.0)
 
 
-def test_from_dict_accepts_nested_and_flat_kl_and_rejects_unknown_keys():
-    nested = LearnerConfig.from_dict({"total_steps": 5, "lr": 1e-5, "kl": {"coef": 0.1, "type": "k3"}})
+def test_the_run_config_reaches_the_learner_config_and_unknown_keys_are_refused():
+    """What ``LearnerConfig.from_dict`` did for tests, the real path does for runs: the config's verl-named KL keys
+    (algorithm.kl.*) and the optimiser keys become the policy's LearnerConfig; a misspelt key fails as it is read."""
+    from pettingllms.assembly.plan import plan
+    from pettingllms.core.errors import ConfigError
+    from pettingllms.entry.train import load_config
+
+    base = ["base_models.policy_0.path=tiny-random-smollm2", "env.name=toy_targets", "specialization=L1"]
+    nested = LearnerConfig(total_steps=5, lr=1e-5, kl=KLPenalty(coef=0.1, type="k3"))
     assert nested.kl.coef == 0.1 and nested.kl.type == "k3" and nested.lr == 1e-5
-    flat = LearnerConfig.from_dict(
-        {"total_steps": 5, "init_kl_coeff": 0.2, "kl_target": 0.05, "kl_horizon": 100, "adaptive_kl": True}
-    )
+    (spec,) = plan(load_config("train", [*base, "training.total_training_steps=5", "algorithm.kl.init_kl_coeff=0.2",
+                                         "algorithm.kl.kl_target=0.05", "algorithm.kl.kl_horizon=100",
+                                         "algorithm.kl.adaptive=true", "optim.lr=1e-5"])).worker_specs
+    flat = spec.learner
     assert (flat.kl.coef, flat.kl.target, flat.kl.horizon, flat.kl.adaptive) == (0.2, 0.05, 100, True)
+    assert flat.total_steps == 5 and flat.lr == 1e-5
     assert LearnerConfig(total_steps=3, kl={"coef": 0.3}).kl.coef == 0.3
-    with pytest.raises(ValueError, match="unknown learner config keys.*'lr_typo'"):
-        LearnerConfig.from_dict({"total_steps": 5, "lr_typo": 1})
+    with pytest.raises(ConfigError, match="unknown config key 'optim.lr_typo'"):
+        load_config("train", [*base, "optim.lr_typo=1"])
+    with pytest.raises(TypeError, match="lr_typo"):
+        LearnerConfig(total_steps=5, lr_typo=1)

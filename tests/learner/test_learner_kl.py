@@ -38,7 +38,7 @@ def test_kl_starts_at_zero_then_grows_and_the_adaptive_coef_moves(make_model, ma
 
 
 def test_fixed_kl_coef_stays(make_model, make_samples):
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=3, lr=1e-2, kl=KLPenalty(init_kl_coeff=0.2)))
+    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=3, lr=1e-2, kl=KLPenalty(coef=0.2)))
     samples = make_samples(3, seed=4)
     for _ in range(2):
         metrics = learner.update(samples, [1.0, -1.0, 0.5])

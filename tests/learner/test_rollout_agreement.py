@@ -15,7 +15,7 @@ import torch
 
 from pettingllms.core.errors import PettingLLMsError, RolloutMismatchError
 from pettingllms.learner import LearnerConfig, PolicyLearner
-from pettingllms.learner.tally import RolloutAgreement
+from pettingllms.learner.rollout_check import RolloutAgreement
 
 
 def test_agreement_figures_resolve_tiny_mismatches():

@@ -15,7 +15,6 @@ import torch
 from pettingllms.core import UnsafeCheckpointError
 from pettingllms.learner import LearnerConfig, PolicyLearner
 from pettingllms.learner.safe_dcp import check_dcp, read_metadata
-from pettingllms.learner.state import load_sharded, save_sharded
 
 
 class TouchFile:
@@ -34,7 +33,7 @@ def saved(tmp_path, make_model, make_samples):
     learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=2, lr=1e-3))
     learner.update(make_samples(4, seed=1), [1.0, -1.0, 0.5, -0.5])
     folder = tmp_path / "saved"
-    meta = save_sharded(learner, folder)
+    meta = learner.save_sharded(folder)
     return folder, meta, lambda: PolicyLearner(make_model(1), LearnerConfig(total_steps=2, lr=1e-3))
 
 
@@ -59,7 +58,7 @@ def test_a_saved_state_loads_and_its_index_admits_only_dcp_classes(saved):
     check_dcp(folder)
     assert read_metadata(folder / ".metadata").state_dict_metadata
     learner = saved[2]()
-    load_sharded(learner, folder, meta)
+    learner.load_sharded(folder, meta)
     assert learner.step == 1
 
 
@@ -76,7 +75,7 @@ def test_a_payload_in_the_index_is_refused_and_does_not_run(saved, tmp_path):
     marker.unlink()
 
     with pytest.raises(UnsafeCheckpointError) as refused:
-        load_sharded(saved[2](), folder, saved[1])
+        saved[2]().load_sharded(folder, saved[1])
     assert str(refused.value) == (f"checkpoint {folder / '.metadata'} refers to posix.system, which a checkpoint "
                                   "never needs: refusing to load it")
     with pytest.raises(UnsafeCheckpointError, match="posix.system"):
@@ -104,7 +103,7 @@ def test_a_payload_in_a_non_tensor_entry_is_refused_and_does_not_run(saved, tmp_
     marker.unlink()
 
     with pytest.raises(UnsafeCheckpointError) as refused:
-        load_sharded(saved[2](), folder, saved[1])
+        saved[2]().load_sharded(folder, saved[1])
     assert str(refused.value) == (f"checkpoint {folder} entry 'optimizer.param_groups.0.lr' refers to posix.system, "
                                   "which a checkpoint never needs: refusing to load it")
     with pytest.raises(UnsafeCheckpointError, match="posix.system"):
@@ -118,4 +117,4 @@ def test_a_shard_outside_the_checkpoint_folder_is_refused(saved, tmp_path):
     next(iter(metadata.storage_data.values())).relative_path = "../elsewhere.distcp"
     (folder / ".metadata").write_bytes(pickle.dumps(metadata))
     with pytest.raises(UnsafeCheckpointError, match=r"refers to the file '\.\./elsewhere\.distcp' outside its folder"):
-        load_sharded(saved[2](), folder, saved[1])
+        saved[2]().load_sharded(folder, saved[1])

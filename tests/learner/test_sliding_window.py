@@ -81,12 +81,12 @@ def samples(make_sample):
 def test_learner_logprobs_equal_a_plain_forward_with_the_window(build, per_layer, make_sample):
     model = build()
     learner = PolicyLearner(model, LearnerConfig(total_steps=1))
-    assert learner._attention == AttentionLayout(window=WINDOW, per_layer_type=per_layer)
+    assert learner.forward_pass.attention == AttentionLayout(window=WINDOW, per_layer_type=per_layer)
     batch = samples(make_sample)
     got = learner.compute_logprobs(batch)
     for sample, values in zip(batch, got):
         assert torch.allclose(torch.tensor(values), reference(model, sample), atol=1e-5)
-    learner._attention = AttentionLayout()  # the old behaviour: the packed mask without the window
+    learner.forward_pass.attention = AttentionLayout()  # the old behaviour: the packed mask without the window
     unwindowed = learner.compute_logprobs(batch)
     assert max(abs(a - b) for a, b in zip(unwindowed[0], reference(model, batch[0]).tolist())) > 1e-3
 

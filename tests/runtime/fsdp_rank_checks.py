@@ -15,7 +15,6 @@ from pettingllms.core.types import Sample
 from pettingllms.learner import LearnerConfig, PolicyLearner
 from pettingllms.learner.data_parallel import SINGLE_PROCESS, DataParallel
 from pettingllms.learner.sharding import FSDPOptions, shard_model
-from pettingllms.learner.state import save_sharded
 from pettingllms.learner.weights import full_weights
 
 VOCAB = 256
@@ -144,7 +143,7 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
             samples, advantages = make_samples(1, case.lora)
             metrics = learner.update(samples, advantages)
             weights = {name: tensor.clone() for name, tensor in full_weights(learner.model)}
-            meta = save_sharded(learner, folder / "dcp")
+            meta = learner.save_sharded(folder / "dcp")
             if rank == 0:
                 torch.save({"metrics": metrics, "weights": weights, "meta": meta}, folder / "after_step_1.pt")
         # dtype=bfloat16: bf16 compute (MixedPrecisionPolicy) over fp32 sharded master weights; one step at lr 1e-6.

@@ -17,7 +17,6 @@ import torch
 
 from fsdp_rank_checks import CASES, build_learner, make_samples, rank_main, tiny_model
 from pettingllms.learner.data_parallel import padded_plan, rank_shares
-from pettingllms.learner.state import load_sharded
 from pettingllms.learner.weights import trained_parameter_names
 
 METRICS = ("pg_loss", "pg_clipfrac", "ppo_kl", "entropy", "grad_norm", "num_sequences", "num_tokens", "lr")
@@ -73,7 +72,7 @@ def test_two_ranks_take_the_single_process_step_and_reshard_to_one(two_rank_run,
 
     # World size 2 -> 1: a plain learner resumes from the sharded checkpoint and takes the same next step.
     resumed = build_learner(case, tiny_model(case.lora))
-    load_sharded(resumed, folder / "dcp", sharded["meta"])
+    resumed.load_sharded(folder / "dcp", sharded["meta"])
     assert resumed.step == 1 and resumed.lr == reference.lr
     next_batch = make_samples(2, case.lora)
     reference.update(*next_batch)
