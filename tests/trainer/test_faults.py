@@ -96,7 +96,7 @@ def test_a_file_size_limit_mid_checkpoint_says_file_too_large_and_the_run_resume
     checkpoints = first.run_dir / "checkpoints"
     limited = subprocess.run([sys.executable, "-c", FILE_SIZE_LIMIT, str(1 << 20), "train", *TINY, *STEPS,
                               f"training.log_dir={tmp_path}"], capture_output=True, text=True, timeout=300)
-    error = limited.stderr.strip().splitlines()[-1]
+    error = next(line for line in limited.stderr.splitlines() if line.startswith("error: "))
     assert limited.returncode == 2, limited.stderr[-3000:]
     assert error.startswith("error: checkpoint step_000002 was not written: file too large")
     assert f"past {1 << 20:,} bytes: RLIMIT_FSIZE" in error and str(checkpoints / "step_000002") in error
