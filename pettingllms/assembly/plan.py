@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Sequence
@@ -40,6 +41,12 @@ class RunPlan:
     advantage_config: AdvantageConfig
     worker_specs: list[WorkerSpec]
     memory: MemoryPlan | None = None  # the GPU memory plan (assembly/memory.py); None when no policy uses GPUs
+
+    def resolved(self) -> "RunPlan":
+        """The plan with every worker spec's model directory resolved and stored, once per policy per run: the
+        step where a run really starts (training, evaluation, export), never a dry run's plan. An unknown model
+        fails here with ConfigError; the packaged model converts once, here."""
+        return dataclasses.replace(self, worker_specs=[spec.resolved() for spec in self.worker_specs])
 
 
 def build_env(cfg: Config) -> Env:

@@ -23,7 +23,6 @@ from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Sample
 from pettingllms.data.problems import benchmark_sets, training_problems
-from pettingllms.models import resolve_model
 from pettingllms.rollout.executor import Executor
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
@@ -83,8 +82,7 @@ class Trainer:
         self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset, cfg.training.seed)
         self.benchmarks = benchmark_sets(self.plan.env, cfg.env.data_root, cfg.env.benchmark, cfg.env.max_val_problems)
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
-        for spec in self.plan.worker_specs:
-            resolve_model(spec.model_path)  # unknown paths fail here; the packaged model converts once, here
+        self.plan = self.plan.resolved()  # each model once: unknown paths fail here, the packaged one converts here
         self.run_dir, resume_from = self._choose_run_dir()
         self._release.callback(detach_file_logger, attach_file_logger(self.run_dir))
         if self.plan.memory is not None:  # GPU runs: the per-GPU memory plan, in the console and train.log

@@ -116,7 +116,8 @@ def import_vllm():
 class VLLMEngine:
     """RolloutEngine over vLLM. One engine serves one policy (one base model, optionally one LoRA per agent).
 
-    model_path: a local HF model directory, a hub id or a built-in alias (``pettingllms.models.resolve_model``).
+    model_path: a local HF model directory (used as it is), or a hub id or built-in alias (resolved first:
+        ``pettingllms.models.resolve_model``).
     tensor_parallel_size: GPUs the model is sharded over (the policy's GPU count).
     gpu_memory_utilization: fraction of each GPU vLLM may take (weights + KV cache). Colocated with a learner
         it must leave the learner room; with sleep mode the KV cache is freed between rollouts anyway.
@@ -156,12 +157,12 @@ class VLLMEngine:
     ) -> None:
         _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len)
         from pettingllms.models.codec import HFChatCodec
-        from pettingllms.models.resolve import resolve_model
+        from pettingllms.models.resolve import model_directory
 
         vllm = import_vllm()
         from vllm.platforms import current_platform
 
-        self.model_dir = resolve_model(model_path)
+        self.model_dir = model_directory(model_path)
         self.codec = codec if codec is not None else HFChatCodec.from_pretrained(self.model_dir)
         self.stop_token_ids = sorted(int(i) for i in self.codec.eos_token_ids)
         self.seed = int(seed)
