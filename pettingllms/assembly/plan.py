@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Mapping, Sequence
 
 from pettingllms.algo.grpo import AdvantageConfig
 from pettingllms.assembly.construct import accepted_options, check_options, construct
@@ -42,11 +43,15 @@ class RunPlan:
     worker_specs: list[WorkerSpec]
     memory: MemoryPlan | None = None  # the GPU memory plan (assembly/memory.py); None when no policy uses GPUs
 
-    def resolved(self) -> "RunPlan":
-        """The plan with every worker spec's model directory resolved and stored, once per policy per run: the
-        step where a run really starts (training, evaluation, export), never a dry run's plan. An unknown model
-        fails here with ConfigError; the packaged model converts once, here."""
-        return dataclasses.replace(self, worker_specs=[spec.resolved() for spec in self.worker_specs])
+    def resolved(self, directories: Mapping[str, str | Path] | None = None) -> "RunPlan":
+        """The plan with every worker spec's model directory stored, resolved once per policy per run: the step
+        where a run really starts (training, evaluation, export), never a dry run's plan. ``directories`` (policy ->
+        directory) are taken as they are; any other policy's model is resolved here: an unknown model fails with
+        ConfigError, the packaged model converts once."""
+        directories = directories or {}
+        specs = [dataclasses.replace(spec, model_dir=str(directories[spec.policy])) if spec.policy in directories
+                 else spec.resolved() for spec in self.worker_specs]
+        return dataclasses.replace(self, worker_specs=specs)
 
 
 def build_env(cfg: Config) -> Env:
