@@ -89,7 +89,7 @@ class PolicyWorker:
     def setup(self, address: str | None = None, port: int | None = None, engine_devices: str | None = None) -> str:
         """Build this rank: process group (sharded groups), model or shard, learner, and engine (engine hosts).
 
-        engine_devices: on the host of a TP>1 engine, the GPUs of its TP group (``engines.engine_visible_devices``).
+        engine_devices: on the host of a TP>1 engine, the GPUs of its TP group (``serving.engine_visible_devices``).
         """
         from pettingllms.runtime.serving import expose_tp_group_gpus
 
