@@ -16,11 +16,11 @@ The terms follow what the code does:
   which the SDPA kernel converts to an additive mask in the compute dtype and saves once per layer;
 - logits: fp32 logits of up to that many tokens; the backward of ``logsumexp`` (``learner/batching.py``) holds the
   logits, the gradient from the picked tokens and three logits-sized temporaries at once: 5 copies;
-- vLLM (``runtime/engines.py::vllm_options``): a fixed budget of ``gpu_memory_utilization`` x the GPU for its
+- vLLM (``runtime/serving.py::vllm_options``): a fixed budget of ``gpu_memory_utilization`` x the GPU for its
   weights (``params x dtype / tensor_parallel``) and KV cache; asleep during the update
-  (``runtime/engine_sync.py``: level 2 for a full model, level 1 under LoRA: both leave neither on the GPU);
+  (``runtime/serving.py``: level 2 for a full model, level 1 under LoRA: both leave neither on the GPU);
 - between the update and the engine's wake-up every rank gives its caching allocator's free blocks back
-  (``runtime/engine_sync.py::release_accelerator_cache``, its order tested in tests/runtime/test_engine_sync.py):
+  (``runtime/serving.py::release_accelerator_cache``, its order tested in tests/runtime/test_engine_sync.py):
   the rollout phase holds the
   learner's resident state (weights, AdamW state; gradients are freed) next to the whole vLLM budget;
 - the weight sync gathers one full tensor at a time on the GPU (in the compute dtype for a full model) and moves
@@ -765,7 +765,7 @@ def assumptions() -> list[str]:
     """What the plan assumes, printed under it."""
     released = (
         "between the update and the engine's wake-up the learner empties its CUDA cache "
-        "(engine_sync.release_accelerator_cache): the rollout holds its resident state only"
+        "(serving.release_accelerator_cache): the rollout holds its resident state only"
     )
     return [
         "per GPU, GB = 1e9 bytes; worst-case micro-batch: one packed row of the whole token budget, every position "
@@ -928,7 +928,7 @@ def check_gpu_memory(cfg: Any, worker_specs: Sequence[Any]) -> MemoryPlan | None
 
 def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int) -> PolicyInput:
     """A worker spec (``runtime/spec.py``) as the plan's input."""
-    from pettingllms.runtime.engines import vllm_options
+    from pettingllms.runtime.serving import vllm_options
 
     layout, learner = spec.layout, spec.learner
     lora = spec.lora

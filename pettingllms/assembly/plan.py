@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from pettingllms.algo.grpo import AdvantageConfig
@@ -40,6 +42,16 @@ class RunPlan:
     advantage_config: AdvantageConfig
     worker_specs: list[WorkerSpec]
     memory: MemoryPlan | None = None  # the GPU memory plan (assembly/memory.py); None when no policy uses GPUs
+
+    def resolved(self, directories: Mapping[str, str | Path] | None = None) -> "RunPlan":
+        """The plan with every worker spec's model directory stored, resolved once per policy per run: the step
+        where a run really starts (training, evaluation, export), never a dry run's plan. ``directories`` (policy ->
+        directory) are taken as they are; any other policy's model is resolved here: an unknown model fails with
+        ConfigError, the packaged model converts once."""
+        directories = directories or {}
+        specs = [dataclasses.replace(spec, model_dir=str(directories[spec.policy])) if spec.policy in directories
+                 else spec.resolved() for spec in self.worker_specs]
+        return dataclasses.replace(self, worker_specs=specs)
 
 
 def build_env(cfg: Config) -> Env:

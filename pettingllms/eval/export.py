@@ -39,7 +39,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, mer
     from pettingllms.assembly.plan import plan
 
     step_dir, run_dir = resolve_checkpoint(str(checkpoint))
-    specs = plan(read_run_config(run_dir), check_memory=False).worker_specs  # exporting needs no GPU
+    specs = plan(read_run_config(run_dir), check_memory=False).resolved().worker_specs  # exporting needs no GPU
     target = Path(out).expanduser() if out else step_dir / "hf"
     return [_export_policy(spec, ckpt.policy_dir(step_dir, spec.policy), target / spec.policy, merge_lora)
             for spec in specs]
@@ -47,15 +47,15 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, mer
 
 def _export_policy(spec: WorkerSpec, folder: Path, dest: Path, merge_lora: bool) -> Exported:
     from pettingllms.learner.state import export_hf_model
-    from pettingllms.models import HFChatCodec, load_model, resolve_model
+    from pettingllms.models import load_model
+    from pettingllms.runtime.serving import policy_codec
     from pettingllms.runtime.worker import save_tokenizer_beside
 
     if not folder.is_dir():
         raise ConfigError(f"the checkpoint has no state for policy {spec.policy!r} (expected {folder})")
-    base = resolve_model(spec.model_path)
-    model = load_model(base, spec.dtype, spec.lora, spec.lora_names)
+    model = load_model(spec.directory, spec.dtype, spec.lora, spec.lora_names)
     loaded = ckpt.load_trained_weights(model, folder, spec.policy, spec.lora_names)
-    codec = HFChatCodec.from_pretrained(base)
+    codec = policy_codec(spec)
     if spec.lora_names and merge_lora:
         folders = [_merged(model, name, dest / name, codec) for name in spec.lora_names]
     else:

@@ -56,7 +56,7 @@ def generate_with_vllm(folder: Path) -> str:
     options = {"max_model_len": 512, "llm_options": {"enforce_eager": True, "block_size": 32}}
     if adapter:
         rank = json.loads((folder / "adapter_config.json").read_text())["r"]
-        from pettingllms.runtime.engines import vllm_lora_rank
+        from pettingllms.runtime.serving import vllm_lora_rank
 
         options.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(rank))
     codec = _codec(base)

@@ -33,7 +33,7 @@ from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
 from pettingllms.core import ConfigError, Problem, SamplingParams
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
-from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_needs
+from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_specs
 from pettingllms.eval.records import benchmark_summary, problem_record, sample_record
 from pettingllms.eval.report import print_summary, write_summary
 from pettingllms.eval.run_settings import with_settings_of_run
@@ -188,8 +188,8 @@ def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, 
     if clients is not None:
         return LoadedPolicies(dict(clients), described={p: "client given by the caller" for p in clients})
     roles = list(dict.fromkeys(role for t in tasks for role in t.plan.agents))
-    needs = merge_needs([spec for t in tasks for spec in t.plan.worker_specs])
-    return load_policies(cfg.model, needs, roles, settings.seed, checkpoint)
+    specs = merge_specs([spec for t in tasks for spec in t.plan.worker_specs])
+    return load_policies(cfg.model, specs, roles, settings.seed, checkpoint)
 
 
 def _executor(task: EnvTask, policies: LoadedPolicies, sampling: Mapping[str, SamplingParams],

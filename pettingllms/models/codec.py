@@ -62,9 +62,9 @@ class HFChatCodec:
     def from_pretrained(cls, path: Path | str, chat_template_kwargs: Mapping | None = None) -> "HFChatCodec":
         """Codec for a model directory/spec; also honours generation_config.json's eos ids."""
         from pettingllms.models.load import load_tokenizer
-        from pettingllms.models.resolve import resolve_model
+        from pettingllms.models.resolve import model_directory
 
-        directory = resolve_model(path)
+        directory = model_directory(path)
         return cls(load_tokenizer(directory), extra_eos_token_ids=_generation_config_eos_ids(directory),
                    chat_template_kwargs=chat_template_kwargs)
 

@@ -1,4 +1,8 @@
-"""Load a model directory (or any spec ``resolve_model`` accepts) as a torch module and tokenizer."""
+"""Load a model directory (or any spec ``resolve_model`` accepts) as a torch module and tokenizer.
+
+A model directory is loaded as it is (``model_directory``): a run resolves each model once and passes the
+directory on.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from pettingllms.core.errors import ConfigError
 from pettingllms.models.attention import register_attention
 from pettingllms.models.lora import LoraSpec, attach_adapters
-from pettingllms.models.resolve import resolve_model
+from pettingllms.models.resolve import model_directory
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -48,7 +52,7 @@ def load_model(
         raise ConfigError(f"adapter_names {list(names)} given without a LoRA spec")
     if lora is not None and not names:
         raise ConfigError("a LoRA spec needs at least one adapter name (one per agent, or one shared)")
-    directory = resolve_model(path)
+    directory = model_directory(path)
     model = AutoModelForCausalLM.from_pretrained(
         directory, dtype=torch_dtype, attn_implementation=register_attention()
     )
@@ -59,7 +63,7 @@ def load_model(
 
 def load_tokenizer(path: Path | str):
     """The model's tokenizer, left padding, with a chat template (ConfigError if it has none)."""
-    directory = resolve_model(path)
+    directory = model_directory(path)
     tokenizer = AutoTokenizer.from_pretrained(directory)
     if not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer in {directory} has no chat template; chat agents need one")

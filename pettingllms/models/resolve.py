@@ -142,6 +142,16 @@ def resolve_model(spec: str | Path, cache_dir: Path | None = None) -> Path:
     return _download_from_hub(text)
 
 
+def model_directory(path: str | Path) -> Path:
+    """What loaders (``load_model``, the chat codec, engines) load from: ``path`` itself when it is a model
+    directory (such as the one a run resolved once and stored on its worker spec), so nothing is resolved twice;
+    any other spec (an alias, a hub id: scripts and tests) goes through ``resolve_model``."""
+    directory = Path(path).expanduser()
+    if (directory / "config.json").is_file():
+        return directory
+    return resolve_model(path)
+
+
 def materialize_alias(alias: str, cache_dir: Path | None = None) -> Path:
     """Build the alias's directory once (atomically) and return it; later calls reuse it."""
     if alias not in ALIASES:

@@ -28,7 +28,7 @@ Requests are grouped by LoRA adapter (``use_adapter``; None = base weights), eac
 batches under a token budget (rows x (longest prompt + largest max_tokens) <= max_batch_tokens) and a row
 cap, and results come back in request order. A batch that raises is retried request by request; a request
 that still fails (or has an invalid prompt) gets ``finish_reason="error"`` completions with no tokens, and
-the exception is logged with its traceback.
+the exception is logged with its traceback (``rollout/local_engine.py``, shared with the vLLM engine).
 """
 
 from __future__ import annotations
@@ -43,16 +43,10 @@ import torch
 import torch.nn as nn
 
 from pettingllms.core.errors import ConfigError
-from pettingllms.core.types import (
-    FINISH_ERROR,
-    FINISH_LENGTH,
-    FINISH_STOP,
-    Completion,
-    GenerationRequest,
-    GenerationResult,
-)
+from pettingllms.core.types import FINISH_LENGTH, FINISH_STOP, Completion, GenerationRequest, GenerationResult
 from pettingllms.models.lora import adapter_names, use_adapter
 from pettingllms.rollout.kv_cache import keep_rows, new_kv_cache
+from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
 from pettingllms.rollout.sampling import sample_tokens, token_logprobs
 
 logger = logging.getLogger(__name__)
@@ -120,41 +114,22 @@ class HFEngine:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Completions for every request, in request order (``n`` completions each)."""
         requests = list(requests)
-        self._check_adapters(requests)
-        completions: list[list[Completion]] = [[] for _ in requests]
+        refuse_unknown_adapters(requests, adapter_names(self.model), "the model")
+        completions, runnable = screen_prompts(requests, self.vocab_size, self.context_window, logger)
         by_adapter: dict[str | None, list[_Unit]] = defaultdict(list)
-        for index, request in enumerate(requests):
-            problem = self._prompt_problem(request)
-            if problem:
-                logger.error("request %s not generated: %s", request.request_id, problem)
-                completions[index] = _failed(request.n)
-                continue
-            by_adapter[request.adapter].extend(self._units(index, request))
+        for index in runnable:
+            by_adapter[requests[index].adapter].extend(self._units(index, requests[index]))
         with self._generation_mode():
             for adapter, units in by_adapter.items():
                 with use_adapter(self.model, adapter):
                     for batch in self._plan_batches(units):
-                        for unit, done in zip(batch, self._run_batch_safely(batch)):
-                            completions[unit.index].extend(done)
+                        done = run_or_retry_one_by_one(batch, self._run_batch, lambda u: u.request, lambda u: u.rows,
+                                                       logger)
+                        for unit, unit_done in zip(batch, done):
+                            completions[unit.index].extend(unit_done)
         return [GenerationResult(r.request_id, tuple(c)) for r, c in zip(requests, completions)]
 
     # ---- planning ----
-
-    def _check_adapters(self, requests: list[GenerationRequest]) -> None:
-        """An unknown adapter is a configuration bug: fail loudly rather than mask every sample."""
-        known = set(adapter_names(self.model))
-        wanted = {r.adapter for r in requests if r.adapter is not None}
-        unknown = sorted(wanted - known)
-        if unknown:
-            raise ConfigError(f"requests name LoRA adapters {unknown} that the model lacks (it has {sorted(known)})")
-
-    def _prompt_problem(self, request: GenerationRequest) -> str | None:
-        ids = request.prompt_ids
-        if min(ids) < 0 or max(ids) >= self.vocab_size:
-            return f"prompt has token ids outside [0, {self.vocab_size})"
-        if self.context_window is not None and len(ids) >= self.context_window:
-            return f"prompt of {len(ids)} tokens fills the model's context window ({self.context_window})"
-        return None
 
     def _units(self, index: int, request: GenerationRequest) -> list[_Unit]:
         """Split a request's n samples into slices that each fit the token budget (at least one row)."""
@@ -198,17 +173,6 @@ class HFEngine:
         finally:
             for module, training in modes:
                 module.training = training
-
-    def _run_batch_safely(self, batch: list[_Unit]) -> list[list[Completion]]:
-        try:
-            return self._run_batch(batch)
-        except Exception:
-            ids = [u.request.request_id for u in batch]
-            if len(batch) == 1:
-                logger.exception("generation failed for request %s; its samples are marked failed", ids[0])
-                return [_failed(batch[0].rows)]
-            logger.exception("generation failed for a batch of requests %s; retrying them one by one", ids)
-            return [self._run_batch_safely([unit])[0] for unit in batch]
 
     def _run_batch(self, batch: list[_Unit]) -> list[list[Completion]]:
         """Prefill each unit's prompt once, repeat it per sample, decode all rows until each one ends."""
@@ -319,7 +283,3 @@ def _row_params(batch: list[_Unit], row_unit: torch.Tensor) -> dict[str, torch.T
         "max_tokens": torch.tensor([u.max_new for u in batch], dtype=torch.long),
     }
     return {name: values[row_unit] for name, values in per_unit.items()}
-
-
-def _failed(n: int) -> list[Completion]:
-    return [Completion(token_ids=(), logprobs=(), text="", finish_reason=FINISH_ERROR) for _ in range(n)]

@@ -52,6 +52,7 @@ from pettingllms.core.types import (
     GenerationResult,
     SamplingParams,
 )
+from pettingllms.rollout.local_engine import failed_completions
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class OpenAICompletionsEngine:
         except ServerError as exc:
             logger.error("request %s failed: %s; its %d samples are marked failed", request.request_id, exc, request.n)
             self.stats.add(requests=1, failed_requests=1)
-            completions = [Completion((), (), "", FINISH_ERROR) for _ in range(request.n)]
+            completions = failed_completions(request.n)
         return GenerationResult(request.request_id, tuple(completions))
 
     def _body(self, request: GenerationRequest) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from typing import Any, Mapping, Sequence
 from pettingllms.core import ConfigError, Sample
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
 from pettingllms.runtime.dispatch import EngineSetClient
-from pettingllms.runtime.engines import engine_visible_devices
 from pettingllms.runtime.local_ray import LocalRay, start_local_ray
 from pettingllms.runtime.placement import local_cpus, release, reserve, share_cpus
+from pettingllms.runtime.serving import engine_visible_devices
 from pettingllms.runtime.spec import WorkerSpec
 from pettingllms.runtime.worker import PolicyWorker
 
@@ -70,7 +70,7 @@ class PolicyGroup:
                 f"policies {grouped} train with FSDP worker groups (several ranks, or fsdp.enabled), which run as "
                 f"Ray actors: set resources.use_ray=true"
             )
-        for spec in specs:
+        for spec in self._resolved(specs):
             worker = PolicyWorker(spec, 0)
             worker.setup()
             self.ranks[spec.policy] = [worker]
@@ -106,6 +106,8 @@ class PolicyGroup:
                     self.specs = {s.policy: s for s in specs}
         try:
             self._placement_groups = reserve([s.layout for s in specs])
+            if setup:
+                specs = self._resolved(specs)
             self._place_actors(specs)
             if setup:
                 self._setup_actors()
@@ -113,6 +115,13 @@ class PolicyGroup:
         except BaseException:
             self.shutdown()
             raise
+
+    def _resolved(self, specs: Sequence[WorkerSpec]) -> list[WorkerSpec]:
+        """The specs with their model directories (a run's plan resolved them already; specs built by hand are
+        resolved here, once, rather than in every rank)."""
+        resolved = [spec.resolved() for spec in specs]
+        self.specs = {s.policy: s for s in resolved}
+        return resolved
 
     def _place_actors(self, specs: Sequence[WorkerSpec]) -> None:
         """Start every rank's actor in its TP group's bundle and record where it landed."""
@@ -163,11 +172,11 @@ class PolicyGroup:
         return engine_visible_devices(reports[rank]["gpu_ids"], peers)
 
     def _ray_client(self, policy: str) -> EngineSetClient:
-        from pettingllms.models import HFChatCodec, resolve_model
+        from pettingllms.runtime.serving import policy_codec
 
         spec = self.specs[policy]
         hosts = [self.ranks[policy][rank] for rank in spec.layout.engine_ranks]
-        codec = HFChatCodec.from_pretrained(resolve_model(spec.model_path), spec.chat_template_kwargs)
+        codec = policy_codec(spec)
 
         async def call(engine: int, requests):
             return await hosts[engine].generate.remote(requests)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pettingllms.runtime.layout import WorkerLayout
@@ -22,6 +23,8 @@ class WorkerSpec:
     ``frozen``: agents (and their adapters) that never train. ``seed``: the learner's seed; engine ``e`` of the
     group samples with ``engine_seed(seed, e)``. ``dtype``: the compute dtype (and the engines' weights);
     ``master_weights``: the dtype the learner keeps its weights and optimiser state in (docs/training.md).
+    ``model_path``: the model as configured (alias, hub id or directory); ``model_dir``: the local directory it
+    resolves to, stored once a run really starts (``resolved``), so no rank resolves (converts, downloads) again.
     """
 
     policy: str
@@ -41,6 +44,7 @@ class WorkerSpec:
     fsdp: "FSDPOptions | None" = None
     master_weights: str = "float32"  # the learner's weights and AdamW state; "bfloat16" only when asked for
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    model_dir: str = ""  # the resolved model directory; "" until ``resolved`` (a dry run's plan never resolves)
 
     @property
     def engine(self) -> str:
@@ -52,6 +56,23 @@ class WorkerSpec:
         frozen = f", frozen {list(self.frozen)}" if self.frozen else ""
         trains = "" if self.trainable else ", not trained"
         return f"{self.policy}: {self.layout.describe()}; {self.dtype}{adapters}{frozen}{trains}; model {self.model_path}"
+
+    def resolved(self) -> "WorkerSpec":
+        """This spec with ``model_dir`` set: ``model_path`` resolved (the packaged alias converted once, a hub id
+        fetched into the HF cache); itself when already resolved. ConfigError for a model that cannot be found."""
+        if self.model_dir:
+            return self
+        from pettingllms.models.resolve import resolve_model
+
+        return replace(self, model_dir=str(resolve_model(self.model_path)))
+
+    @property
+    def directory(self) -> Path:
+        """The resolved model directory that engines, codecs and loaders take."""
+        if not self.model_dir:
+            raise RuntimeError(f"policy {self.policy!r}: its model {self.model_path!r} is not resolved yet "
+                               "(WorkerSpec.resolved(), RunPlan.resolved())")
+        return Path(self.model_dir)
 
     @property
     def learner_weights_dtype(self) -> str:

@@ -9,12 +9,14 @@ one process group per policy with its own rendezvous port). Every rank that star
   is visible to it at once (no copy, no sync);
 - otherwise the engine keeps its own copy of the weights (vLLM; or a full transformers copy beside an FSDP
   shard). After every update all ranks stream the trained tensors (``full_weights``: one all-gather per tensor,
-  a collective) and every engine host hands them to its engine from memory (``EngineSync``); vLLM sleeps while
-  the learner trains.
+  a collective) and every engine host hands them to its engine from memory; vLLM sleeps while the learner trains.
+The engine, the codec and the weight pushes are built and decided in ``runtime/serving.py``, which evaluation
+shares.
 
 Life cycle: the constructor only records the spec, so Ray can place the actor and ``placement()`` can report
 where it landed without touching a GPU; ``setup`` loads the model, joins the process group and builds the
-learner and the engine. Heavy modules (torch, transformers) are imported there.
+learner and the engine. Heavy modules (torch, transformers) are imported there. The spec's model directory is
+resolved once by the run's plan (``RunPlan.resolved``); a spec built by hand is resolved when first needed.
 """
 
 from __future__ import annotations
@@ -87,10 +89,11 @@ class PolicyWorker:
     def setup(self, address: str | None = None, port: int | None = None, engine_devices: str | None = None) -> str:
         """Build this rank: process group (sharded groups), model or shard, learner, and engine (engine hosts).
 
-        engine_devices: on the host of a TP>1 engine, the GPUs of its TP group (``engines.engine_visible_devices``).
+        engine_devices: on the host of a TP>1 engine, the GPUs of its TP group (``serving.engine_visible_devices``).
         """
-        from pettingllms.runtime.engines import expose_tp_group_gpus
+        from pettingllms.runtime.serving import expose_tp_group_gpus
 
+        self.spec = self.spec.resolved()
         if engine_devices and self.layout.tensor_parallel > 1 and self.layout.hosts_engine(self.rank):
             expose_tp_group_gpus(engine_devices)  # before anything starts CUDA in this process
         import torch
@@ -106,9 +109,9 @@ class PolicyWorker:
             self._join_process_group(address, port)
         self._build_learner(device)
         self._build_engine(device)
-        if spec.lora_names:
-            # Engines load the base model from the same folder as the learner, so a full model already matches;
-            # fresh LoRA adapters (random A) exist only in the learner until they are sent.
+        from pettingllms.runtime.serving import initial_push_needed
+
+        if initial_push_needed(spec, trained=False):
             self._push_weights(trained_only=False)
         return spec.policy
 
@@ -124,11 +127,11 @@ class PolicyWorker:
         from pettingllms.learner import PolicyLearner
         from pettingllms.learner.data_parallel import SINGLE_PROCESS, DataParallel
         from pettingllms.learner.sharding import shard_model
-        from pettingllms.models import load_model, resolve_model
+        from pettingllms.models import load_model
         from pettingllms.models.load import parse_dtype
 
         spec = self.spec
-        path = resolve_model(spec.model_path)
+        path = spec.directory
         # Master weights only where something trains: a policy that never updates keeps its compute dtype.
         weights = spec.learner_weights_dtype if spec.trainable else spec.dtype
         if weights == "bfloat16" and spec.trainable:
@@ -162,20 +165,15 @@ class PolicyWorker:
     def _build_engine(self, device) -> None:
         import torch
 
-        from pettingllms.models import load_model, resolve_model
-        from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
-        from pettingllms.runtime.engines import make_engine
+        from pettingllms.models import load_model
+        from pettingllms.runtime.serving import EngineSync, make_engine, peft_adapter_configs
 
         spec = self.spec
         if self.layout.hosts_engine(self.rank):
-            engine_model = None
-            if spec.engine == "hf":
-                if self.layout.sharded:  # a full copy beside the shard, refreshed after every update
-                    engine_model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora,
-                                              spec.lora_names).to(device)
-                    self._engine_model = engine_model
-                else:
-                    engine_model = self._model  # the learner's own module: updates are visible at once
+            if spec.engine == "hf" and self.layout.sharded:  # a full copy beside the shard, refreshed every update
+                self._engine_model = load_model(spec.directory, spec.dtype, spec.lora, spec.lora_names).to(device)
+            # Without a copy of its own the engine generates with the learner's module: updates are visible at once.
+            engine_model = self._engine_model if self._engine_model is not None else self._model
             index = self.layout.engine_ranks.index(self.rank)
             # The learner's own fp32 module computing in bf16: the engine autocasts exactly as the learner does.
             autocast = (engine_model is self._model and spec.dtype == "bfloat16"
@@ -191,10 +189,10 @@ class PolicyWorker:
     @property
     def codec(self):
         if self._codec is None:
-            from pettingllms.models import HFChatCodec, resolve_model
+            from pettingllms.runtime.serving import policy_codec
 
-            self._codec = HFChatCodec.from_pretrained(resolve_model(self.spec.model_path),
-                                                      self.spec.chat_template_kwargs)
+            self.spec = self.spec.resolved()
+            self._codec = policy_codec(self.spec)
         return self._codec
 
     def ready(self) -> str:
@@ -209,7 +207,7 @@ class PolicyWorker:
 
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
         """One training iteration (every rank gets the whole batch), then the weight sync to every engine."""
-        from pettingllms.runtime.engine_sync import device_memory
+        from pettingllms.runtime.serving import device_memory
 
         if self.learner is None:
             return {}
@@ -233,23 +231,15 @@ class PolicyWorker:
         return full_weights(self._model, self._weight_names(trained_only))
 
     def _weight_names(self, trained_only: bool) -> list[str]:
-        from pettingllms.learner.weights import trained_parameter_names
+        from pettingllms.runtime.serving import weight_names
 
-        frozen = self.spec.frozen if trained_only else ()
-        return trained_parameter_names(self._model, self.spec.lora_names, frozen)
+        return weight_names(self._model, self.spec, trained_only)
 
     def _push_weights(self, trained_only: bool) -> None:
-        """Hand the learner's weights to this rank's engine (``EngineSync`` decides what moves and how)."""
-        if not self.sync.needs_weights:
-            return  # the engine generates with the learner's own module
-        from pettingllms.learner.weights import full_weights, weight_shapes
-        from pettingllms.models.load import parse_dtype
+        """Hand the learner's weights to this rank's engine (``serving.push_weights`` decides what moves)."""
+        from pettingllms.runtime.serving import push_weights
 
-        names = self._weight_names(trained_only)
-        # A full model travels in the engines' dtype (every rank casts its shard before the all-gather, so the
-        # collective is the same on every rank and moves half the bytes for fp32 master weights).
-        dtype = None if self.spec.lora_names else parse_dtype(self.spec.dtype)
-        self.sync.push(full_weights(self._model, names, dtype=dtype), weight_shapes(self._model, names))
+        push_weights(self.sync, self._model, self.spec, trained_only)
 
     # ------------------------------------------------------------------------------------------ state
     def save(self, directory: str) -> None:
@@ -273,7 +263,7 @@ class PolicyWorker:
         if self.learner is None:
             return []
         from pettingllms.learner.state import export_hf_model
-        from pettingllms.models import load_model, resolve_model
+        from pettingllms.models import load_model
 
         model = self._model
         if self.layout.sharded:
@@ -283,7 +273,7 @@ class PolicyWorker:
                     pass
                 return []
             spec = self.spec
-            model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora, spec.lora_names)
+            model = load_model(spec.directory, spec.dtype, spec.lora, spec.lora_names)
             from pettingllms.learner.weights import load_weights_into
 
             load_weights_into(model, stream)
@@ -291,9 +281,9 @@ class PolicyWorker:
 
     def close(self) -> None:
         """Stop the engine's own processes (vLLM) and leave the policy's process group."""
-        close = getattr(self.engine, "close", None)
-        if callable(close):
-            close()
+        from pettingllms.runtime.serving import close_engine
+
+        close_engine(self.engine)
         if self.layout.sharded:
             import torch.distributed as dist
 

@@ -93,8 +93,11 @@ class Trainer:
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
         # What --dry-run checks, again, before a worker starts: models found (or downloadable) and named by key ...
         locate_models(cfg, self.plan)
-        # ... then fetched (the packaged model converts once, here) and their chat templates render the first prompts.
-        codecs = chat_codecs(cfg, self.plan, resolve_models(cfg, self.plan))
+        # ... then fetched, each once (the packaged model converts once, here) and stored on the worker specs; their
+        # chat templates render the first prompts.
+        directories = resolve_models(cfg, self.plan)
+        self.plan = self.plan.resolved(directories)
+        codecs = chat_codecs(cfg, self.plan, directories)
         check_first_prompts(cfg, self.plan, codecs, self.train_problems, self.benchmarks)
         self.run_dir, resume_from = self._choose_run_dir()
         self._file_log = attach_file_logger(self.run_dir)

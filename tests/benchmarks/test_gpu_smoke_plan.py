@@ -23,7 +23,7 @@ def test_each_level_runs_a_shipped_script_that_fits_one_gpu(level, policies, gpu
     import gpu_smoke
     from script_support import script_specs
 
-    from pettingllms.runtime.engines import vllm_options
+    from pettingllms.runtime.serving import vllm_options
     from pettingllms.runtime.placement import check_layout
 
     import argparse
@@ -46,14 +46,14 @@ def test_without_a_gpu_it_stops_with_the_reason():
 
 @pytest.mark.parametrize("rank,served", [(1, 1), (4, 8), (8, 8), (16, 16), (48, 64), (300, 320), (512, 512)])
 def test_lora_rank_is_rounded_up_to_one_vllm_accepts(rank, served):
-    from pettingllms.runtime.engines import vllm_lora_rank
+    from pettingllms.runtime.serving import vllm_lora_rank
 
     assert vllm_lora_rank(rank) == served
 
 
 def test_a_lora_rank_vllm_cannot_serve_is_refused_naming_the_key():
     from pettingllms.core.errors import ConfigError
-    from pettingllms.runtime.engines import vllm_lora_rank
+    from pettingllms.runtime.serving import vllm_lora_rank
 
     with pytest.raises(ConfigError, match=r"base_models.policy_0.lora.rank=1024 .* at most 512"):
         vllm_lora_rank(1024, "policy_0")
@@ -63,7 +63,7 @@ def test_the_l2_script_asks_vllm_for_an_allowed_rank(tmp_path):
     """The shipped LoRA scripts' own rank, whatever it is, reaches vLLM as a value it accepts."""
     from script_support import script_specs
 
-    from pettingllms.runtime.engines import VLLM_LORA_RANKS, vllm_options
+    from pettingllms.runtime.serving import VLLM_LORA_RANKS, vllm_options
 
     for script in ("math/math_L2_lora.sh", "code/code_L2_lora.sh", "game/game_L2_lora.sh"):
         (spec,) = script_specs(script, {"CUDA_VISIBLE_DEVICES": "0"})
@@ -76,7 +76,7 @@ def test_gpu_training_does_not_seed_every_request_unless_asked():
     (exact resumption in the CPU lane), and an explicit engine option wins."""
     from script_support import script_specs
 
-    from pettingllms.runtime.engines import vllm_options
+    from pettingllms.runtime.serving import vllm_options
 
     (gpu,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0"})
     assert vllm_options(gpu)["reproducible"] is False
@@ -104,7 +104,7 @@ def test_llm_options_reach_vllm_at_every_tp_size():
     """engine_options.llm_options (enforce_eager, max_num_seqs, ...) used to be dropped when TP was 1."""
     from script_support import script_specs
 
-    from pettingllms.runtime.engines import vllm_options
+    from pettingllms.runtime.serving import vllm_options
 
     option = "+base_models.policy_0.engine_options={llm_options:{enforce_eager:true}}"
     (tp1,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0"}, option)

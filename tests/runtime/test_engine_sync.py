@@ -14,8 +14,8 @@ from pettingllms.core.errors import ConfigError
 from pettingllms.learner.weights import full_weights, trained_parameter_names, weight_shapes
 from pettingllms.models import LoraSpec, load_model
 from pettingllms.models.lora import adapter_tensors
-from pettingllms.runtime import engine_sync
-from pettingllms.runtime.engine_sync import EngineSync, peft_adapter_configs
+from pettingllms.runtime import serving
+from pettingllms.runtime.serving import EngineSync, peft_adapter_configs
 
 
 class RecordingEngine:
@@ -79,7 +79,7 @@ def test_lora_push_sends_each_trained_adapter_to_its_own_name(peft_model):
 def calls(monkeypatch):
     """One record of engine calls and allocator-cache releases, in order."""
     record: list[tuple] = []
-    monkeypatch.setattr(engine_sync, "release_accelerator_cache", lambda: record.append(("release_cache",)) or 0)
+    monkeypatch.setattr(serving, "release_accelerator_cache", lambda: record.append(("release_cache",)) or 0)
     return record
 
 
@@ -141,7 +141,7 @@ def test_release_accelerator_cache_empties_the_cuda_cache_when_cuda_is_in_use(mo
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: next(reserved))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
-    assert engine_sync.release_accelerator_cache() == 4 * 2**30 and emptied == [True]
+    assert serving.release_accelerator_cache() == 4 * 2**30 and emptied == [True]
 
 
 def test_lora_sleeps_at_level_one(peft_model):

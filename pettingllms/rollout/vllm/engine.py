@@ -23,7 +23,8 @@ Semantics the executor relies on, kept identical to ``HFEngine`` (pettingllms/ro
   sampled; it is the last token id), ``length`` (max_tokens), or ``error``;
 - bad requests: a prompt with ids outside the vocabulary, or one that fills the context window, gets
   ``error`` completions and a log line; max_tokens is clipped so prompt + response fit the window; a failing
-  batch is retried request by request. An unknown adapter name is a configuration error (raised);
+  batch is retried request by request. An unknown adapter name is a configuration error (raised). These
+  checks are HFEngine's own, from one place (``rollout/local_engine.py``);
 - LoRA: ``request.adapter`` names an adapter registered with ``add_adapter``; None = base weights.
 
 Differences from HFEngine (documented, not hidden):
@@ -70,6 +71,7 @@ from pettingllms.core.types import (
     GenerationRequest,
     GenerationResult,
 )
+from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
 from pettingllms.rollout.vllm.lora import (
     ZERO_ADAPTER,
     RegisteredAdapter,
@@ -116,7 +118,8 @@ def import_vllm():
 class VLLMEngine:
     """RolloutEngine over vLLM. One engine serves one policy (one base model, optionally one LoRA per agent).
 
-    model_path: a local HF model directory, a hub id or a built-in alias (``pettingllms.models.resolve_model``).
+    model_path: a local HF model directory (used as it is), or a hub id or built-in alias (resolved first:
+        ``pettingllms.models.resolve_model``).
     tensor_parallel_size: GPUs the model is sharded over (the policy's GPU count).
     gpu_memory_utilization: fraction of each GPU vLLM may take (weights + KV cache). Colocated with a learner
         it must leave the learner room; with sleep mode the KV cache is freed between rollouts anyway.
@@ -156,12 +159,12 @@ class VLLMEngine:
     ) -> None:
         _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len)
         from pettingllms.models.codec import HFChatCodec
-        from pettingllms.models.resolve import resolve_model
+        from pettingllms.models.resolve import model_directory
 
         vllm = import_vllm()
         from vllm.platforms import current_platform
 
-        self.model_dir = resolve_model(model_path)
+        self.model_dir = model_directory(model_path)
         self.codec = codec if codec is not None else HFChatCodec.from_pretrained(self.model_dir)
         self.stop_token_ids = sorted(int(i) for i in self.codec.eos_token_ids)
         self.seed = int(seed)
@@ -253,20 +256,15 @@ class VLLMEngine:
         requests = list(requests)
         with self._lock:
             self._check_ready()
-            self._check_adapters(requests)
+            refuse_unknown_adapters(requests, self._adapters, "the vLLM engine",
+                                    "; register each agent's adapter with add_adapter(name, folder) first")
             call = self._calls
             self._calls += 1
-            completions: list[list[Completion]] = [[] for _ in requests]
-            runnable = []
-            for index, request in enumerate(requests):
-                problem = self._prompt_problem(request)
-                if problem:
-                    logger.error("request %s not generated: %s", request.request_id, problem)
-                    completions[index] = _failed(request.n)
-                else:
-                    runnable.append(index)
+            completions, runnable = screen_prompts(requests, self.vocab_size, self.context_window, logger)
             if runnable:
-                done = self._run_safely([(index, requests[index]) for index in runnable], call)
+                done = run_or_retry_one_by_one([(index, requests[index]) for index in runnable],
+                                               lambda batch: self._run(batch, call), lambda item: item[1],
+                                               lambda item: item[1].n, logger, "vLLM generation")
                 for index, result in zip(runnable, done):
                     completions[index] = result
         return [GenerationResult(r.request_id, tuple(c)) for r, c in zip(requests, completions)]
@@ -512,34 +510,6 @@ class VLLMEngine:
 
     # ---- planning and running ----
 
-    def _check_adapters(self, requests: list[GenerationRequest]) -> None:
-        """An unknown adapter is a configuration bug: fail loudly rather than mask every sample."""
-        unknown = sorted({r.adapter for r in requests if r.adapter is not None} - set(self._adapters))
-        if unknown:
-            raise ConfigError(
-                f"requests name LoRA adapters {unknown} that the vLLM engine lacks (it has {sorted(self._adapters)}); "
-                "register each agent's adapter with add_adapter(name, folder) first"
-            )
-
-    def _prompt_problem(self, request: GenerationRequest) -> str | None:
-        ids = request.prompt_ids
-        if min(ids) < 0 or max(ids) >= self.vocab_size:
-            return f"prompt has token ids outside [0, {self.vocab_size})"
-        if len(ids) >= self.context_window:
-            return f"prompt of {len(ids)} tokens fills the model's context window ({self.context_window})"
-        return None
-
-    def _run_safely(self, batch: list[tuple[int, GenerationRequest]], call: int) -> list[list[Completion]]:
-        try:
-            return self._run(batch, call)
-        except Exception:
-            ids = [request.request_id for _, request in batch]
-            if len(batch) == 1:
-                logger.exception("vLLM generation failed for request %s; its samples are marked failed", ids[0])
-                return [_failed(batch[0][1].n)]
-            logger.exception("vLLM generation failed for a batch of requests %s; retrying them one by one", ids)
-            return [self._run_safely([item], call)[0] for item in batch]
-
     def _run(self, batch: list[tuple[int, GenerationRequest]], call: int) -> list[list[Completion]]:
         from vllm.inputs import TokensPrompt
 
@@ -649,6 +619,3 @@ def _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_
         raise ConfigError(f"max_loras and max_lora_rank must be >= 1, got {max_loras} and {max_lora_rank}")
     if max_model_len is not None and max_model_len < 2:
         raise ConfigError(f"max_model_len must be >= 2 tokens, got {max_model_len}")
-
-def _failed(n: int) -> list[Completion]:
-    return [Completion(token_ids=(), logprobs=(), text="", finish_reason=FINISH_ERROR) for _ in range(n)]
