@@ -24,7 +24,8 @@ def test_every_relative_link_in_the_docs_opens_a_file():
 
 
 def test_no_code_or_doc_cites_notes_outside_the_repository():
-    sources = [*DOCS, *(ROOT / "pettingllms").rglob("*"), *(ROOT / "scripts").rglob("*"), *(ROOT / "tests").rglob("*.py")]
+    sources = [*DOCS, *(ROOT / "pettingllms").rglob("*"), *(ROOT / "scripts").rglob("*"),
+               *(ROOT / "tests").rglob("*.py")]
     citing = [str(p.relative_to(ROOT)) for p in sources if p.is_file() and p != Path(__file__)
               and p.suffix in (".py", ".md", ".sh", ".yaml") and any(n in p.read_text() for n in NOT_IN_THE_REPOSITORY)]
     assert citing == []

@@ -124,7 +124,7 @@ def test_missing_model_path_is_named():
 
 def test_no_packaged_config_sets_hydra_keys_nothing_reads():
     """Configs are composed with Hydra's compose API and no Hydra app runs, so a ``hydra:`` block or a
-    ``hydra/...`` default in a packaged config would be inert (and ``hydra.*`` overrides are refused for that reason)."""
+    ``hydra/...`` default in a packaged config would be inert (``hydra.*`` overrides are refused for that reason)."""
     configs = Path(pettingllms.__file__).parent / "configs"
     inert = []
     for path in sorted(configs.rglob("*.yaml")):

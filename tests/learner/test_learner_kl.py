@@ -48,4 +48,5 @@ def test_fixed_kl_coef_stays(make_model, make_samples):
 
 def test_adapters_disabled_reference_needs_lora(make_model):
     with pytest.raises(ValueError, match="needs LoRA"):
-        PolicyLearner(make_model(0), learner_config(total_steps=1, kl=kl_penalty(coef=0.1)), ref_model=ADAPTERS_DISABLED)
+        PolicyLearner(make_model(0), learner_config(total_steps=1, kl=kl_penalty(coef=0.1)),
+                      ref_model=ADAPTERS_DISABLED)
