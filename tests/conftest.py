@@ -16,7 +16,8 @@ def make_executor() -> Callable:
     """Build an Executor over the toy env with one scripted policy per entry of ``scripts``."""
     from pettingllms.core import SamplingParams
     from pettingllms.core.env import make_agents
-    from pettingllms.rollout.executor import AgentSpec, Executor, ExecutorConfig
+    from pettingllms.rollout.executor import AgentSpec, Executor
+    from settings_support import executor_config
     from pettingllms.rollout.policy_client import LocalPolicyClient
     from pettingllms.rollout.scripted import ScriptedEngine
 
@@ -32,7 +33,7 @@ def make_executor() -> Callable:
         clients = {p: LocalPolicyClient(e, e.codec) for p, e in engines.items()}
         rollout.setdefault("max_prompt_length", 100_000)
         rollout.setdefault("max_response_length", 100_000)
-        return Executor(env, specs, clients, ExecutorConfig(**rollout)), engines
+        return Executor(env, specs, clients, executor_config(**rollout)), engines
 
     return build
 

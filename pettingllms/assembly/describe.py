@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pettingllms.assembly.plan import RunPlan
+from pettingllms.core.registry import ENVS
 
 
 def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
@@ -17,7 +18,7 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
     """
     env = run_plan.env
     stages = " -> ".join("[" + ", ".join(stage) + "]" for stage in env.graph.stages(0))
-    name = getattr(env, "registry_name", None) or type(env).__name__
+    name = ENVS.name_of(type(env)) or type(env).__name__  # as env.name would name it
     ex = run_plan.executor_config
     lines = [
         f"env:      {name} ({type(env).__module__}.{type(env).__qualname__}), max_turns {env.max_turns}, "

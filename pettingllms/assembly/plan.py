@@ -103,15 +103,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
                         _adapter_of(a, policies[a.policy]), a.trainable)
         for role, a in agents.items()
     }
-    executor_config = ExecutorConfig(
-        mode=cfg.rollout.mode,
-        branching=cfg.rollout.branching,
-        select=cfg.rollout.select,
-        alpha=cfg.reward.alpha,
-        non_finite=cfg.reward.non_finite,
-        max_prompt_length=cfg.training.max_prompt_length,
-        max_response_length=cfg.training.max_response_length,
-    )
+    executor_config = executor_config_of(cfg)
     advantage_config = AdvantageConfig(
         norm_by_std=cfg.algorithm.norm_adv_by_std,
         filter=cfg.algorithm.filter,
@@ -121,6 +113,19 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     worker_specs = worker_specs_of(cfg, policies)
     memory = check_gpu_memory(cfg, worker_specs) if check_memory and not isinstance(cfg, EvalRunConfig) else None
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory)
+
+
+def executor_config_of(cfg: Config) -> ExecutorConfig:
+    """The rollout's settings from the config (the executor has no defaults of its own)."""
+    return ExecutorConfig(
+        mode=cfg.rollout.mode,
+        branching=cfg.rollout.branching,
+        select=cfg.rollout.select,
+        alpha=cfg.reward.alpha,
+        non_finite=cfg.reward.non_finite,
+        max_prompt_length=cfg.training.max_prompt_length,
+        max_response_length=cfg.training.max_response_length,
+    )
 
 
 def _build_agent(role: str, cls: type, options: dict) -> Agent:
@@ -189,7 +194,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
     return WorkerSpec(
         policy=policy.name,
         model_path=model.path,
-        learner=_learner_config(cfg, model.dtype),
+        learner=learner_config_of(cfg, model.dtype),
         layout=layout,
         dtype=model.dtype,
         lora=lora,
@@ -206,7 +211,8 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
     )
 
 
-def _learner_config(cfg: Config, dtype: str) -> LearnerConfig:
+def learner_config_of(cfg: Config, dtype: str) -> LearnerConfig:
+    """One policy's optimisation settings from the config (the learner has no defaults of its own)."""
     a, o, kl = cfg.algorithm, cfg.optim, cfg.algorithm.kl
     try:
         return LearnerConfig(

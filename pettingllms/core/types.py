@@ -118,7 +118,6 @@ class Sample:
     nonfinite_reward: bool = False
     truncated: bool = False  # response hit max_tokens
     chosen: bool = False  # this branch was continued (tree mode)
-    prompt_text: str = ""
     response_text: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 

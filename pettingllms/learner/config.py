@@ -1,13 +1,13 @@
 """Learner hyper-parameters: optimiser, schedule, PPO loss, KL to the reference, micro-batching.
 
-Every value is checked on construction, so a wrong setting fails at start-up with a message that names it.
+Every value is checked on construction, so a wrong setting fails at start-up with a message that names it. A field
+that mirrors a config key has no default here: the key's one default is the schema's, and the plan
+(``assembly/plan.py::learner_config``) fills every field from the run's config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
-
+from dataclasses import dataclass
 from pettingllms.algo.losses import PPOLossSettings
 from pettingllms.core.choices import DType, KLType, LossAggMode
 
@@ -16,7 +16,7 @@ KL_TYPES = KLType.values()
 DTYPES = DType.values()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class KLPenalty:
     """KL penalty to the reference policy, added to the loss as ``coef * agg(kl_penalty(logp, ref_logp))``.
 
@@ -24,11 +24,11 @@ class KLPenalty:
     ``adaptive`` uses the adaptive controller (Ziegler et al.), updated once per training step towards ``target``.
     """
 
-    coef: float = 0.0
-    type: str = "low_var_kl"
-    adaptive: bool = False
-    target: float = 0.01
-    horizon: int = 1000  # as the config default (algorithm.kl.kl_horizon)
+    coef: float  # algorithm.kl.init_kl_coeff
+    type: str  # algorithm.kl.kl_type
+    adaptive: bool  # algorithm.kl.adaptive
+    target: float  # algorithm.kl.kl_target
+    horizon: int  # algorithm.kl.kl_horizon
 
     def __post_init__(self) -> None:
         self.validate()
@@ -48,7 +48,7 @@ class KLPenalty:
             raise ValueError(f"kl.horizon must be > 0 for the adaptive controller, got {self.horizon}")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LearnerConfig:
     """One policy's optimisation settings.
 
@@ -58,51 +58,45 @@ class LearnerConfig:
     unset and its LR alternated between lr and 0.3 lr on every step.
     """
 
-    total_steps: int | None = None
-    lr: float = 5e-6
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.3
-    grad_clip: float | None = 1.0  # max global grad norm (per adapter under LoRA); None disables clipping
-    ppo_epochs: int = 1
-    ppo_mini_batch_size: int = 0  # sequences per optimizer step (per adapter under LoRA); 0 = whole batch
-    micro_batch_max_tokens: int = 2048  # padded tokens per forward; gradients accumulate over micro-batches
-    pack_shared_prompts: bool = True  # one forward row per shared prompt (tree branches); same logits, fewer tokens
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages
-    loss_agg_mode: str = "token-mean"
-    entropy_coeff: float = 0.0
-    kl: KLPenalty = field(default_factory=KLPenalty)
+    total_steps: int  # training.total_training_steps
+    lr: float  # optim.lr
+    weight_decay: float  # optim.weight_decay
+    warmup_steps: int  # optim.warmup_steps, at most total_steps
+    min_lr_ratio: float  # optim.min_lr_ratio
+    grad_clip: float | None  # max global grad norm (per adapter under LoRA); None disables clipping
+    ppo_epochs: int  # optim.ppo_epochs
+    ppo_mini_batch_size: int  # sequences per optimizer step (per adapter under LoRA); 0 = whole batch
+    micro_batch_max_tokens: int  # padded tokens per forward; gradients accumulate over micro-batches
+    pack_shared_prompts: bool  # one forward row per shared prompt (tree branches); same logits, fewer tokens
+    clip_ratio_low: float  # algorithm.clip_ratio_low
+    clip_ratio_high: float  # algorithm.clip_ratio_high
+    clip_ratio_c: float  # dual-clip bound for negative advantages
+    loss_agg_mode: str  # algorithm.loss_agg_mode
+    entropy_coeff: float  # algorithm.entropy_coeff
+    kl: KLPenalty  # algorithm.kl.*
     # Compute dtype of every forward and backward: "bfloat16" = bf16 autocast (FSDP2: MixedPrecisionPolicy). The
     # weights and AdamW state are whatever the model was loaded as: float32 master weights unless the policy opts
     # into bf16 weights (base_models.<p>.master_weights=bfloat16, docs/training.md "Precision").
-    dtype: str = "float32"
-    gradient_checkpointing: bool = False
+    dtype: str
+    gradient_checkpointing: bool  # optim.gradient_checkpointing
     # Rollout-learner agreement: stop before the first optimiser step of an update when, for any stream, the mean
     # k3 KL between the engine's logprobs and the learner's (same tokens, raw logits) exceeds this. 0 disables.
-    max_rollout_kl: float = 0.05
+    max_rollout_kl: float
     # Truncated importance sampling: weight each token's policy-gradient term by min(exp((old - engine) / T), cap),
     # raw logprobs of the old policy and the engine, T the sample's temperature (token-level, as verl's and TRL's;
     # algo/losses.py::truncated_importance_weights); 0 = off.
-    tis_cap: float = 0.0
+    tis_cap: float
     # Training steps in a row whose gradient norm is NaN/inf before ``update`` raises NonFiniteGradientError (0 = never).
-    max_nonfinite_grad_steps: int = 3
+    max_nonfinite_grad_steps: int
+    # AdamW's moments and epsilon: no config key sets them.
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
 
     def __post_init__(self) -> None:
-        if isinstance(self.kl, Mapping):
-            self.kl = KLPenalty(**self.kl)
         self.betas = tuple(self.betas)  # type: ignore[assignment]
         self.validate()
 
     def validate(self) -> None:
-        if self.total_steps is None:
-            raise ValueError(
-                "total_steps is required: the number of training iterations (training.total_training_steps) "
-                "that the LR schedule spans"
-            )
         if isinstance(self.total_steps, bool) or not isinstance(self.total_steps, int) or self.total_steps <= 0:
             raise ValueError(f"total_steps must be a positive int, got {self.total_steps!r}")
         _check(self.lr > 0, f"lr must be > 0, got {self.lr}")

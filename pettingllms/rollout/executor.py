@@ -79,15 +79,18 @@ class AgentSpec:
         return self.agent.name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExecutorConfig:
-    mode: str = "tree"
-    branching: int = 4  # K
-    select: str = "greedy"
-    alpha: float = 1.0  # weight of the team reward in every agent's reward
-    max_prompt_length: int = 2048
-    max_response_length: int = 512
-    non_finite: str = "error"  # a NaN or infinite reward: error (stop the run) | drop (out of groups and selection)
+    """The rollout's settings, each a config key's value (no defaults here: the schema holds them, and the plan,
+    ``assembly/plan.py::executor_config``, fills every field from the run's config)."""
+
+    mode: str  # rollout.mode
+    branching: int  # K, rollout.branching
+    select: str  # rollout.select
+    alpha: float  # reward.alpha: weight of the team reward in every agent's reward
+    max_prompt_length: int  # training.max_prompt_length
+    max_response_length: int  # training.max_response_length
+    non_finite: str  # reward.non_finite: error (stop the run) | drop (out of groups and selection)
 
     @property
     def advantage_unit(self) -> str:

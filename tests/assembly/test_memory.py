@@ -112,7 +112,8 @@ def test_learner_estimate_matches_a_measured_update(config, dtype, lora, checkpo
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from pettingllms.core.types import Sample
-    from pettingllms.learner import LearnerConfig, PolicyLearner
+    from pettingllms.learner import PolicyLearner
+    from settings_support import learner_config
     from pettingllms.models import LoraSpec, attach_adapters
     from pettingllms.models.attention import register_attention
 
@@ -125,7 +126,7 @@ def test_learner_estimate_matches_a_measured_update(config, dtype, lora, checkpo
         adapters = ("shared",) if lora else ()
         if lora:
             model = attach_adapters(model, adapters, LoraSpec(rank=8, alpha=16))
-        learner = PolicyLearner(model, LearnerConfig(
+        learner = PolicyLearner(model, learner_config(
             total_steps=4, micro_batch_max_tokens=tokens, dtype=dtype, gradient_checkpointing=checkpointing,
             entropy_coeff=entropy, max_rollout_kl=0.0), adapter_names=adapters)
         ids = torch.randint(10, config["vocab_size"], (2, tokens), generator=torch.Generator().manual_seed(0))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+import yaml
+
+import pettingllms
 from pettingllms.config.load import compose, to_schema
 from pettingllms.config.plan import plan_run
 from pettingllms.core import ConfigError
@@ -116,3 +120,18 @@ def test_typos_inside_dict_sections_fail_at_start_up(override, match):
 def test_missing_model_path_is_named():
     with pytest.raises(ConfigError, match=r"base_models.policy_1.*path"):
         to_schema(compose("train", ["+base_models.policy_1.dtype=bfloat16"]))
+
+
+def test_no_packaged_config_sets_hydra_keys_nothing_reads():
+    """Configs are composed with Hydra's compose API and no Hydra app runs, so a ``hydra:`` block or a
+    ``hydra/...`` default in a packaged config would be inert (``hydra.*`` overrides are refused for that reason)."""
+    configs = Path(pettingllms.__file__).parent / "configs"
+    inert = []
+    for path in sorted(configs.rglob("*.yaml")):
+        text = yaml.safe_load(path.read_text()) or {}
+        defaults = [d for d in text.get("defaults", []) if isinstance(d, dict)]
+        if "hydra" in text or any("hydra/" in key for d in defaults for key in d):
+            inert.append(str(path.relative_to(configs)))
+    assert inert == []
+    for name in ("train", "eval"):
+        assert "hydra" not in compose(name)

@@ -18,7 +18,8 @@ from pettingllms.core import Problem, SamplingParams
 from pettingllms.core.checker import check_env
 from pettingllms.core.env import make_agents
 from pettingllms.core.registry import get_env_class
-from pettingllms.rollout.executor import AgentSpec, Executor, ExecutorConfig
+from pettingllms.rollout.executor import AgentSpec, Executor
+from settings_support import executor_config
 from pettingllms.rollout.policy_client import LocalPolicyClient
 from pettingllms.rollout.scripted import ScriptedEngine
 
@@ -132,7 +133,7 @@ def test_doc_example_passes_check_env_and_rolls_out(tmp_path, monkeypatch, capsy
     sampling = SamplingParams(max_tokens=50)
     specs = {n: AgentSpec(a, "p", sampling, sampling) for n, a in make_agents(env).items()}
     executor = Executor(env, specs, {"p": LocalPolicyClient(engine, engine.codec)},
-                        ExecutorConfig(branching=9, max_prompt_length=10_000))
+                        executor_config(branching=9, max_prompt_length=10_000))
     result = executor.run([Problem("g0"), Problem("g1", {"secret": 4})], seeds=[3, 4])
     assert all(e.success and e.terminated and e.turns == 1 for e in result.episodes)
     guesser_rewards = [s.reward for s in result.samples if s.agent == "guesser" and s.group[0] == 0]

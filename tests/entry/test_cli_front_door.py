@@ -42,7 +42,7 @@ def test_train_help_lists_groups_and_common_keys_with_the_configs_values(argv, c
     assert "usage: pettingllms train" in out and "--dry-run" in out and "--config-dir" in out
     assert "specialization=L0|L1|L2|L3" in out and "+experiment=" in out and "quick_test" in out
     assert "quickstart" in out and "eval" not in out.split("configs (--config-name):")[1].splitlines()[0]
-    for key, _ in TRAIN_KEYS:
+    for key in TRAIN_KEYS:
         assert key in out
     if "quickstart" in argv:
         assert "vault" in out and "values from config 'quickstart'" in out
@@ -54,7 +54,7 @@ def test_eval_help_lists_eval_keys(capsys):
     assert main(["eval", "--help"]) == 0
     out = capsys.readouterr().out
     assert "usage: pettingllms eval" in out and "specialization=L0|L1|L2|L3" in out
-    for key, _ in EVAL_KEYS:
+    for key in EVAL_KEYS:
         assert key in out
     assert "[math/gsm_symbolic, code/humaneval]" in out
 
@@ -121,3 +121,15 @@ def test_multirun_dry_run_prints_each_jobs_plan(capsys):
     out = capsys.readouterr().out
     assert "2 job(s)" in out
     assert "solver -> policy_0 (adapter shared)" in out and "solver -> policy_0 (adapter solver)" in out
+
+
+def test_help_takes_each_keys_text_and_names_from_the_schema(capsys):
+    from pettingllms.config.keys import key_named
+    from pettingllms.config.schema import Config
+
+    assert main(["train", "--help"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
+    assert lines["rollout.mode"].endswith("(tree | independent | trajectory)")
+    assert "(console | tensorboard | wandb)" in lines["training.logger"]
+    for key in TRAIN_KEYS:
+        assert key_named(key, Config).summary in lines[key], key

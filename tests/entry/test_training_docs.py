@@ -159,3 +159,13 @@ def test_documented_defaults_are_the_real_ones():
             if not same(parse_default(part), actual):
                 wrong.append(f"{name}: documented {part!r}, actual {actual!r}")
     assert wrong == []
+
+
+def test_the_key_tables_and_the_range_list_are_what_the_schema_generates():
+    """docs/training.md's key tables and range list and docs/evaluation.md's key tables are made from the schema
+    (``python -m pettingllms.entry.key_docs``): a changed help text, default or range shows up here until rerun."""
+    from pettingllms.entry.key_docs import DOCS, PARTS, generated_in
+
+    for part in PARTS:
+        assert generated_in((DOCS / part.doc).read_text(), part) == part.render(), (
+            f"docs/{part.doc} ({part.marker}) is stale: run python -m pettingllms.entry.key_docs")

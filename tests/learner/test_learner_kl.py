@@ -2,19 +2,20 @@
 
 import pytest
 
-from pettingllms.learner import ADAPTERS_DISABLED, KLPenalty, LearnerConfig, PolicyLearner
+from pettingllms.learner import ADAPTERS_DISABLED, PolicyLearner
+from settings_support import learner_config, kl_penalty
 
 
 def test_no_reference_without_kl(make_model, make_lora_model):
-    assert PolicyLearner(make_model(0), LearnerConfig(total_steps=1)).reference is None
-    lora = PolicyLearner(make_lora_model(0), LearnerConfig(total_steps=1), adapter_names=["alice", "bob"])
+    assert PolicyLearner(make_model(0), learner_config(total_steps=1)).reference is None
+    lora = PolicyLearner(make_lora_model(0), learner_config(total_steps=1), adapter_names=["alice", "bob"])
     assert lora.reference is None and lora.kl_coefs == {}
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["frozen-copy", "adapters-disabled"])
 def test_kl_starts_at_zero_then_grows_and_the_adaptive_coef_moves(make_model, make_lora_model, make_samples, lora):
-    kl = KLPenalty(coef=0.1, adaptive=True, target=1e-4, horizon=10)
-    config = LearnerConfig(total_steps=5, lr=1e-2, kl=kl)
+    kl = kl_penalty(coef=0.1, adaptive=True, target=1e-4, horizon=10)
+    config = learner_config(total_steps=5, lr=1e-2, kl=kl)
     if lora:
         learner = PolicyLearner(make_lora_model(0), config, adapter_names=["alice"])
         samples = make_samples(4, seed=3, agent="alice", adapter="alice")
@@ -38,7 +39,7 @@ def test_kl_starts_at_zero_then_grows_and_the_adaptive_coef_moves(make_model, ma
 
 
 def test_fixed_kl_coef_stays(make_model, make_samples):
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=3, lr=1e-2, kl=KLPenalty(coef=0.2)))
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=3, lr=1e-2, kl=kl_penalty(coef=0.2)))
     samples = make_samples(3, seed=4)
     for _ in range(2):
         metrics = learner.update(samples, [1.0, -1.0, 0.5])
@@ -47,4 +48,5 @@ def test_fixed_kl_coef_stays(make_model, make_samples):
 
 def test_adapters_disabled_reference_needs_lora(make_model):
     with pytest.raises(ValueError, match="needs LoRA"):
-        PolicyLearner(make_model(0), LearnerConfig(total_steps=1, kl=KLPenalty(coef=0.1)), ref_model=ADAPTERS_DISABLED)
+        PolicyLearner(make_model(0), learner_config(total_steps=1, kl=kl_penalty(coef=0.1)),
+                      ref_model=ADAPTERS_DISABLED)

@@ -6,7 +6,8 @@ The public reference trained a single adapter for all agents; here that is impos
 import pytest
 import torch
 
-from pettingllms.learner import KLPenalty, LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 from pettingllms.models.lora import adapter_parameters
 
 CONFIG = dict(total_steps=5, lr=1e-3)
@@ -36,7 +37,7 @@ def _agent_samples(make_samples, agent, count, seed, start=0):
 
 def test_only_the_samples_adapter_moves(make_lora_model, make_samples):
     model = make_lora_model(0)
-    learner = PolicyLearner(model, LearnerConfig(**CONFIG), adapter_names=["alice", "bob"])
+    learner = PolicyLearner(model, learner_config(**CONFIG), adapter_names=["alice", "bob"])
     alice0, bob0, base0 = _snapshot(model, "alice"), _snapshot(model, "bob"), _base_snapshot(model)
 
     metrics = learner.update(_agent_samples(make_samples, "alice", 4, 1), [1.0, -1.0, 0.5, -0.5])
@@ -49,7 +50,7 @@ def test_only_the_samples_adapter_moves(make_lora_model, make_samples):
 
 def test_both_adapters_move_and_an_idle_adapter_gets_no_stale_momentum(make_lora_model, make_samples):
     model = make_lora_model(0)
-    learner = PolicyLearner(model, LearnerConfig(**CONFIG), adapter_names=["alice", "bob"])
+    learner = PolicyLearner(model, learner_config(**CONFIG), adapter_names=["alice", "bob"])
     alice0, bob0 = _snapshot(model, "alice"), _snapshot(model, "bob")
     both = _agent_samples(make_samples, "alice", 3, 2) + _agent_samples(make_samples, "bob", 3, 3, start=3)
     learner.update(both, [1.0, -1.0, 0.5, 0.7, -0.2, -1.0])
@@ -68,7 +69,7 @@ def test_an_agents_update_does_not_depend_on_other_agents_samples(make_lora_mode
     results = []
     for samples, advantages in ((alice, alice_adv), (bob[:2] + alice + bob[2:], bob_adv[:2] + alice_adv + bob_adv[2:])):
         model = make_lora_model(0)
-        learner = PolicyLearner(model, LearnerConfig(**CONFIG, ppo_mini_batch_size=2), adapter_names=["alice", "bob"])
+        learner = PolicyLearner(model, learner_config(**CONFIG, ppo_mini_batch_size=2), adapter_names=["alice", "bob"])
         learner.update(samples, advantages)
         results.append(_snapshot(model, "alice"))
     for name, value in results[0].items():
@@ -77,7 +78,7 @@ def test_an_agents_update_does_not_depend_on_other_agents_samples(make_lora_mode
 
 def test_frozen_adapter_is_never_updated(make_lora_model, make_samples):
     model = make_lora_model(0)
-    learner = PolicyLearner(model, LearnerConfig(**CONFIG), adapter_names=["alice", "bob"], frozen={"bob"})
+    learner = PolicyLearner(model, learner_config(**CONFIG), adapter_names=["alice", "bob"], frozen={"bob"})
     bob0 = _snapshot(model, "bob")
     optimised = {id(p) for p in learner.optimizer.param_groups[0]["params"]}
     assert not any(id(q) in optimised for _, q in adapter_parameters(model, "bob"))
@@ -88,18 +89,18 @@ def test_frozen_adapter_is_never_updated(make_lora_model, make_samples):
 
 
 def test_samples_must_name_a_known_adapter(make_lora_model, make_sample):
-    learner = PolicyLearner(make_lora_model(0), LearnerConfig(**CONFIG), adapter_names=["alice", "bob"])
+    learner = PolicyLearner(make_lora_model(0), learner_config(**CONFIG), adapter_names=["alice", "bob"])
     with pytest.raises(ValueError, match="has no adapter"):
         learner.update([make_sample([1, 2], [3, 4], agent="alice", adapter=None)], [1.0])
     with pytest.raises(ValueError, match="unknown adapter 'carol'"):
         learner.update([make_sample([1, 2], [3, 4], agent="carol", adapter="carol")], [1.0])
     with pytest.raises(ValueError, match="no parameters"):
-        PolicyLearner(make_lora_model(0), LearnerConfig(**CONFIG), adapter_names=["alice", "dave"])
+        PolicyLearner(make_lora_model(0), learner_config(**CONFIG), adapter_names=["alice", "dave"])
 
 
 def test_compute_logprobs_routes_through_each_adapter(make_lora_model, make_sample):
     model = make_lora_model(0)
-    learner = PolicyLearner(model, LearnerConfig(**CONFIG), adapter_names=["alice", "bob"])
+    learner = PolicyLearner(model, learner_config(**CONFIG), adapter_names=["alice", "bob"])
     a = make_sample([5, 6, 7], [8, 9, 10], agent="alice", adapter="alice")
     b = make_sample([5, 6, 7], [8, 9, 10], agent="bob", adapter="bob")
     assert learner.compute_logprobs([a]) == learner.compute_logprobs([b])  # both start at B = 0

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from pettingllms.algo.verl_adapter import logprobs_from_logits
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 
 
 def tree_samples(make_sample, seed=0):
@@ -32,7 +33,7 @@ def _grads(model):
 def test_packed_log_probs_equal_one_forward_per_sample_and_verl(make_model, make_sample):
     samples = tree_samples(make_sample)
     model = make_model(0)
-    got = PolicyLearner(model, LearnerConfig(total_steps=1)).compute_logprobs(samples)
+    got = PolicyLearner(model, learner_config(total_steps=1)).compute_logprobs(samples)
     with torch.no_grad():
         for sample, values in zip(samples, got):
             ids = torch.tensor([list(sample.prompt_ids) + list(sample.response_ids)])
@@ -49,7 +50,7 @@ def test_packed_and_unpacked_updates_give_the_same_gradient_and_metrics(make_mod
     grads, metrics = [], []
     for pack in (True, False):
         model = make_model(0)
-        config = LearnerConfig(total_steps=1, pack_shared_prompts=pack, entropy_coeff=entropy_coeff)
+        config = learner_config(total_steps=1, pack_shared_prompts=pack, entropy_coeff=entropy_coeff)
         metrics.append(PolicyLearner(model, config).accumulate_gradients(samples, advantages))
         grads.append(_grads(model))
     assert grads[0].keys() == grads[1].keys() and grads[0]
@@ -72,7 +73,7 @@ def test_packing_holds_under_grouped_query_attention_and_a_small_token_budget(ma
     model = use_grouped_attention(LlamaForCausalLM(config))
     samples = tree_samples(make_sample, seed=2)
     results = [
-        PolicyLearner(model, LearnerConfig(total_steps=1, pack_shared_prompts=pack, micro_batch_max_tokens=budget))
+        PolicyLearner(model, learner_config(total_steps=1, pack_shared_prompts=pack, micro_batch_max_tokens=budget))
         .compute_logprobs(samples)
         for pack, budget in ((False, 4096), (True, 4096), (True, 20))
     ]

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 
 
 def expected_ratio(iteration: int, warmup: int, total: int, min_ratio: float) -> float:
@@ -18,7 +19,7 @@ def expected_ratio(iteration: int, warmup: int, total: int, min_ratio: float) ->
 
 def test_lr_warms_up_then_decays_monotonically_to_the_floor_and_holds(make_model, make_samples):
     total, warmup, lr = 8, 3, 1e-3
-    config = LearnerConfig(total_steps=total, warmup_steps=warmup, lr=lr, min_lr_ratio=0.3, ppo_mini_batch_size=2)
+    config = learner_config(total_steps=total, warmup_steps=warmup, lr=lr, min_lr_ratio=0.3, ppo_mini_batch_size=2)
     learner = PolicyLearner(make_model(0), config)
     samples = make_samples(6, seed=1)  # three mini-batches: three optimizer steps per iteration
     seen = []
@@ -36,7 +37,7 @@ def test_lr_warms_up_then_decays_monotonically_to_the_floor_and_holds(make_model
 
 
 def test_lr_steps_once_per_iteration_with_several_adapters_and_mini_batches(make_lora_model, make_samples):
-    config = LearnerConfig(total_steps=4, lr=1e-3, min_lr_ratio=0.0, ppo_mini_batch_size=2, ppo_epochs=2)
+    config = learner_config(total_steps=4, lr=1e-3, min_lr_ratio=0.0, ppo_mini_batch_size=2, ppo_epochs=2)
     learner = PolicyLearner(make_lora_model(0), config, adapter_names=["alice", "bob"])
     samples = make_samples(4, seed=2, agent="alice", adapter="alice") + make_samples(
         2, seed=3, agent="bob", adapter="bob", start=4

@@ -11,7 +11,8 @@ import torch
 
 from pettingllms.algo.verl_adapter import cosine_schedule_with_warmup, fixed_kl_controller
 from pettingllms.core.errors import RolloutMismatchError
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 from pettingllms.learner.data_parallel import SINGLE_PROCESS
 from pettingllms.learner.forward import ForwardPass
 from pettingllms.learner.rollout_check import RolloutAgreement, RolloutCheck
@@ -36,7 +37,7 @@ def test_no_module_below_the_learner_imports_it():
 
 def test_the_forward_pass_alone_gives_a_plain_forwards_log_probs(make_model, make_sample):
     model = make_model(0)
-    forward = ForwardPass(model, LearnerConfig(total_steps=1), Streams(()), None, pad_token_id=0,
+    forward = ForwardPass(model, learner_config(total_steps=1), Streams(()), None, pad_token_id=0,
                           data_parallel=SINGLE_PROCESS)
     prompt = [5, 6, 7, 8]
     samples = [make_sample(prompt, [9, 10, 11], index=0), make_sample(prompt, [12, 13], index=1),
@@ -94,9 +95,9 @@ def test_state_round_trips_through_an_explicit_view_of_plain_parts():
 
 def test_a_learner_resumes_its_step_through_its_own_view(make_model, make_samples):
     samples = make_samples(4, seed=3)
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=4, lr=1e-2))
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=4, lr=1e-2))
     learner.update(samples, [1.0, -1.0, 0.5, -0.5])
-    resumed = PolicyLearner(make_model(1), LearnerConfig(total_steps=4, lr=1e-2))
+    resumed = PolicyLearner(make_model(1), learner_config(total_steps=4, lr=1e-2))
     resumed.load_state_dict(learner.state_dict())
     assert resumed.step == learner.step == 1 and resumed.state_view().step == 1
     assert resumed.lr == learner.lr

@@ -6,19 +6,20 @@ import json
 import pytest
 import torch
 
-from pettingllms.learner import KLPenalty, LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config, kl_penalty
 
 
 def _config():
     # Several epochs and mini-batches (old log-probs pass), warmup + cosine, adaptive KL: every piece of state.
-    return LearnerConfig(
+    return learner_config(
         total_steps=6,
         warmup_steps=1,
         lr=1e-3,
         ppo_epochs=2,
         ppo_mini_batch_size=3,
         micro_batch_max_tokens=24,
-        kl=KLPenalty(coef=0.05, adaptive=True, target=0.001, horizon=20),
+        kl=kl_penalty(coef=0.05, adaptive=True, target=0.001, horizon=20),
     )
 
 
@@ -78,7 +79,7 @@ def test_load_state_dict_rejects_a_different_layout(make_model, make_lora_model)
     with pytest.raises(ValueError, match="adapters"):
         PolicyLearner(make_lora_model(0), _config(), adapter_names=["alice"]).load_state_dict(lora_state)
     with pytest.raises(ValueError, match="KL"):
-        PolicyLearner(make_model(0), LearnerConfig(total_steps=6)).load_state_dict(
+        PolicyLearner(make_model(0), learner_config(total_steps=6)).load_state_dict(
             PolicyLearner(make_model(0), _config()).state_dict()
         )
 
@@ -92,7 +93,7 @@ def test_lora_state_holds_only_adapter_weights(make_lora_model):
 def test_export_full_model(tmp_path, make_model, make_samples):
     from transformers import LlamaForCausalLM
 
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=2, lr=1e-3))
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=2, lr=1e-3))
     learner.update(make_samples(3, seed=1), [1.0, -1.0, 0.5])
     learner.export_hf(tmp_path / "hf")
     assert (tmp_path / "hf" / "model.safetensors").exists()
@@ -104,7 +105,7 @@ def test_export_full_model(tmp_path, make_model, make_samples):
 def test_export_lora_writes_one_folder_per_agent(tmp_path, make_model, make_lora_model, make_samples):
     from peft import PeftModel
 
-    learner = PolicyLearner(make_lora_model(0), LearnerConfig(total_steps=2, lr=1e-3), adapter_names=["alice", "bob"])
+    learner = PolicyLearner(make_lora_model(0), learner_config(total_steps=2, lr=1e-3), adapter_names=["alice", "bob"])
     samples = make_samples(2, seed=1, agent="alice", adapter="alice") + make_samples(
         2, seed=2, agent="bob", adapter="bob", start=2
     )
@@ -119,5 +120,5 @@ def test_export_lora_writes_one_folder_per_agent(tmp_path, make_model, make_lora
     with pytest.warns(UserWarning, match="pettingllms_agent"):
         reloaded = PeftModel.from_pretrained(make_model(0), folders[0], adapter_name="alice")
         reloaded.load_adapter(folders[1], adapter_name="bob")
-    check = PolicyLearner(reloaded, LearnerConfig(total_steps=1), adapter_names=["alice", "bob"])
+    check = PolicyLearner(reloaded, learner_config(total_steps=1), adapter_names=["alice", "bob"])
     assert check.compute_logprobs(samples) == learner.compute_logprobs(samples)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from pettingllms.core.errors import NonFiniteGradientError
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 
 
 class PoisonedGradient:
@@ -30,7 +31,7 @@ def _weights(model):
 def test_nonfinite_steps_are_counted_logged_leave_weights_and_stop_after_the_limit(make_model, make_samples, caplog):
     model = make_model(0)
     poison = PoisonedGradient(model.model.layers[0].mlp.down_proj.weight)
-    learner = PolicyLearner(model, LearnerConfig(total_steps=10, micro_batch_max_tokens=64,
+    learner = PolicyLearner(model, learner_config(total_steps=10, micro_batch_max_tokens=64,
                                                  max_nonfinite_grad_steps=3), policy="policy_0")
     samples = make_samples(4, seed=1)
     advantages = [1.0, -1.0, 0.5, -0.5]
@@ -60,7 +61,7 @@ def test_nonfinite_steps_are_counted_logged_leave_weights_and_stop_after_the_lim
 def test_limit_zero_never_stops(make_model, make_samples):
     model = make_model(0)
     PoisonedGradient(model.model.layers[0].mlp.down_proj.weight)
-    learner = PolicyLearner(model, LearnerConfig(total_steps=10, micro_batch_max_tokens=64,
+    learner = PolicyLearner(model, learner_config(total_steps=10, micro_batch_max_tokens=64,
                                                  max_nonfinite_grad_steps=0))
     samples = make_samples(2, seed=2)
     for _ in range(4):
@@ -70,4 +71,4 @@ def test_limit_zero_never_stops(make_model, make_samples):
 
 def test_negative_limit_is_refused():
     with pytest.raises(ValueError, match="max_nonfinite_grad_steps"):
-        LearnerConfig(total_steps=1, max_nonfinite_grad_steps=-1)
+        learner_config(total_steps=1, max_nonfinite_grad_steps=-1)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from pettingllms.core.types import Sample
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 
 VOCAB = 256
 
@@ -37,7 +38,7 @@ def changed_fraction(model: torch.nn.Module, before: dict[str, torch.Tensor]) ->
 
 def one_step(model: torch.nn.Module) -> tuple[float, PolicyLearner]:
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    learner = PolicyLearner(model, LearnerConfig(total_steps=1, lr=1e-6, dtype="bfloat16"))
+    learner = PolicyLearner(model, learner_config(total_steps=1, lr=1e-6, dtype="bfloat16"))
     learner.update(*vocabulary_samples())
     return changed_fraction(model, before), learner
 
@@ -60,7 +61,7 @@ def test_bf16_autocast_forward_runs_in_bf16_and_logprobs_stay_fp32(make_model):
     model = make_model(0)
     seen = []
     handle = model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    learner = PolicyLearner(model, LearnerConfig(total_steps=1, dtype="bfloat16"))
+    learner = PolicyLearner(model, learner_config(total_steps=1, dtype="bfloat16"))
     samples, _ = vocabulary_samples(groups=1, k=2)
     values = learner.compute_logprobs(samples)
     handle.remove()

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from pettingllms.core.errors import PettingLLMsError, RolloutMismatchError
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 from pettingllms.learner.rollout_check import RolloutAgreement
 
 
@@ -37,7 +38,7 @@ def test_agreement_figures_resolve_tiny_mismatches():
 
 def _engine_logprobs(model, samples, shift: float, adapter_names=()):
     """``samples`` with engine logprobs: ``model``'s raw logprobs of their tokens, minus ``shift``."""
-    raw = PolicyLearner(model, LearnerConfig(total_steps=1), adapter_names=adapter_names).compute_logprobs(samples)
+    raw = PolicyLearner(model, learner_config(total_steps=1), adapter_names=adapter_names).compute_logprobs(samples)
     return [dataclasses.replace(s, response_logprobs=tuple(v - shift for v in values))
             for s, values in zip(samples, raw)]
 
@@ -45,7 +46,7 @@ def _engine_logprobs(model, samples, shift: float, adapter_names=()):
 @pytest.mark.parametrize("mini_batch_size", [0, 3], ids=["from-the-training-forward", "from-a-separate-pass"])
 def test_a_mismatch_stops_the_update_before_any_weight_moves(make_model, make_samples, mini_batch_size):
     samples = _engine_logprobs(make_model(0), make_samples(6, seed=1), shift=0.5)  # k3 = e^0.5 - 1.5 ~ 0.149
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=2, lr=1e-2, ppo_mini_batch_size=mini_batch_size),
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=2, lr=1e-2, ppo_mini_batch_size=mini_batch_size),
                             policy="policy_0")
     before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
     with pytest.raises(RolloutMismatchError, match=r"policy 'policy_0': .* k3 KL 0\.14\d+ > .*max_kl=0\.05") as err:
@@ -57,7 +58,7 @@ def test_a_mismatch_stops_the_update_before_any_weight_moves(make_model, make_sa
 
 def test_matching_logprobs_train_and_report_the_figures(make_model, make_samples):
     samples = _engine_logprobs(make_model(0), make_samples(6, seed=1), shift=0.0)
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=2, lr=1e-2, ppo_mini_batch_size=3))
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=2, lr=1e-2, ppo_mini_batch_size=3))
     metrics = learner.update(samples, [1.0, -1.0] * 3)
     assert metrics["rollout/tokens"] == sum(len(s.response_ids) for s in samples)
     assert metrics["rollout/kl_k3"] < 1e-12 and metrics["rollout/logprob_abs_diff"] < 1e-5
@@ -65,7 +66,7 @@ def test_matching_logprobs_train_and_report_the_figures(make_model, make_samples
 
 def test_the_stop_can_be_turned_off_and_the_figures_are_still_logged(make_model, make_samples):
     samples = _engine_logprobs(make_model(0), make_samples(6, seed=1), shift=0.5)
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=2, max_rollout_kl=0.0))
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=2, max_rollout_kl=0.0))
     metrics = learner.update(samples, [1.0, -1.0] * 3)
     assert metrics["rollout/logprob_abs_diff"] == pytest.approx(0.5, abs=1e-5)
     assert metrics["rollout/kl_k3"] == pytest.approx(float(torch.tensor(0.5).exp()) - 1.5, rel=1e-4)
@@ -82,11 +83,11 @@ def test_the_error_names_the_mismatched_adapter_only(make_lora_model, make_sampl
     alice = make_samples(4, seed=2, agent="alice", adapter="alice")
     bob = make_samples(4, seed=3, agent="bob", adapter="bob", start=4)
     samples = _engine_logprobs(engine_model, alice + bob, shift=0.0, adapter_names=("alice", "bob"))
-    learner = PolicyLearner(model, LearnerConfig(total_steps=1, max_rollout_kl=1e-4), adapter_names=("alice", "bob"),
+    learner = PolicyLearner(model, learner_config(total_steps=1, max_rollout_kl=1e-4), adapter_names=("alice", "bob"),
                             policy="policy_0")
     with pytest.raises(RolloutMismatchError, match=r"policy 'policy_0', adapter 'alice'"):
         learner.update(samples, [1.0, -1.0] * 4)
-    relaxed = PolicyLearner(make_lora_model(0), LearnerConfig(total_steps=1, max_rollout_kl=0.0),
+    relaxed = PolicyLearner(make_lora_model(0), learner_config(total_steps=1, max_rollout_kl=0.0),
                             adapter_names=("alice", "bob"))
     with torch.no_grad():
         for (name, param), (_, source) in zip(relaxed.model.named_parameters(), model.named_parameters()):

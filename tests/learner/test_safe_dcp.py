@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from pettingllms.core import UnsafeCheckpointError
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 from pettingllms.learner.safe_dcp import check_dcp, read_metadata
 
 
@@ -30,11 +31,11 @@ class TouchFile:
 @pytest.fixture
 def saved(tmp_path, make_model, make_samples):
     """A learner that took one step (so the state has optimiser entries), saved with DCP; and a fresh learner."""
-    learner = PolicyLearner(make_model(0), LearnerConfig(total_steps=2, lr=1e-3))
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=2, lr=1e-3))
     learner.update(make_samples(4, seed=1), [1.0, -1.0, 0.5, -0.5])
     folder = tmp_path / "saved"
     meta = learner.save_sharded(folder)
-    return folder, meta, lambda: PolicyLearner(make_model(1), LearnerConfig(total_steps=2, lr=1e-3))
+    return folder, meta, lambda: PolicyLearner(make_model(1), learner_config(total_steps=2, lr=1e-3))
 
 
 def _copy(saved, tmp_path: Path) -> Path:

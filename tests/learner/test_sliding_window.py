@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from pettingllms.core.errors import ConfigError
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 from pettingllms.learner.masks import AttentionLayout
 from pettingllms.models.attention import register_attention
 
@@ -80,7 +81,7 @@ def samples(make_sample):
                          ids=["mistral", "qwen2-mixed", "gemma2"])
 def test_learner_logprobs_equal_a_plain_forward_with_the_window(build, per_layer, make_sample):
     model = build()
-    learner = PolicyLearner(model, LearnerConfig(total_steps=1))
+    learner = PolicyLearner(model, learner_config(total_steps=1))
     assert learner.forward_pass.attention == AttentionLayout(window=WINDOW, per_layer_type=per_layer)
     batch = samples(make_sample)
     got = learner.compute_logprobs(batch)
@@ -129,7 +130,7 @@ def test_the_transformers_engine_and_the_learner_agree_on_windowed_models(build,
             samples.append(dataclasses.replace(make_sample(prompt, completion.token_ids, index=len(samples)),
                                                response_logprobs=completion.logprobs))
     assert max(len(s.response_ids) for s in samples) > WINDOW
-    learner_values = PolicyLearner(model, LearnerConfig(total_steps=1)).compute_logprobs(samples)
+    learner_values = PolicyLearner(model, learner_config(total_steps=1)).compute_logprobs(samples)
     for sample, values in zip(samples, learner_values):
         assert torch.allclose(torch.tensor(values), torch.tensor(sample.response_logprobs), atol=1e-5)
 
@@ -143,4 +144,4 @@ def test_layer_kinds_masks_cannot_express_are_refused(make_model, setting, messa
     for key, value in setting.items():
         setattr(model.config, key, value)
     with pytest.raises(ConfigError, match=message):
-        PolicyLearner(model, LearnerConfig(total_steps=1))
+        PolicyLearner(model, learner_config(total_steps=1))

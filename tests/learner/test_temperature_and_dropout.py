@@ -8,7 +8,8 @@ import dataclasses
 
 import torch
 
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 
 
 def reference_log_probs(model, sample, temperature: float) -> torch.Tensor:
@@ -23,7 +24,7 @@ def reference_log_probs(model, sample, temperature: float) -> torch.Tensor:
 
 def test_learner_logprobs_are_those_of_the_tempered_distribution(make_model, make_sample):
     model = make_model(0)
-    learner = PolicyLearner(model, LearnerConfig(total_steps=1))
+    learner = PolicyLearner(model, learner_config(total_steps=1))
     samples = [make_sample([5, 6, 7, 8], [9, 10, 11], index=0, temperature=1.7),
                make_sample([5, 6, 7, 8], [12, 13], index=1, temperature=1.7),  # packed with the first
                make_sample([5, 6, 7, 8], [9, 10], index=2, temperature=0.5),  # same prompt, its own row
@@ -43,7 +44,7 @@ def test_the_ratio_is_exactly_one_before_any_step_at_t_not_1_with_dropout_config
     samples = [dataclasses.replace(sample, temperature=1.5) for sample in make_samples(8, seed=5)]
     # Two mini-batches: old logprobs come from a separate no-grad pass, the ratio from the training forward.
     # lr is so small that no weight moves, so every mini-batch is still "before the first step".
-    config = LearnerConfig(total_steps=1, lr=1e-30, ppo_mini_batch_size=4, grad_clip=None)
+    config = learner_config(total_steps=1, lr=1e-30, ppo_mini_batch_size=4, grad_clip=None)
     learner = PolicyLearner(model, config)
     assert model.config.attention_dropout == 0.0 and model.model.layers[0].self_attn.attention_dropout == 0.0
     metrics = learner.update(samples, [1.0, -1.0] * 4)

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from pettingllms.algo.losses import truncated_importance_weights
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 
 
 def test_weights_are_capped_ratios_divided_by_the_temperature_and_one_without_an_engine_logprob():
@@ -58,7 +59,7 @@ def _grads(model) -> dict[str, torch.Tensor]:
 
 def _with_engine_logprobs(model, samples, shift: float, temperature: float):
     """Copies of ``samples`` sampled at ``temperature`` whose engine logprobs are ``model``'s raw ones - shift."""
-    raw = PolicyLearner(model, LearnerConfig(total_steps=1)).compute_logprobs(
+    raw = PolicyLearner(model, learner_config(total_steps=1)).compute_logprobs(
         [dataclasses.replace(s, temperature=1.0) for s in samples])
     return [dataclasses.replace(s, temperature=temperature, response_logprobs=tuple(v - shift for v in values))
             for s, values in zip(samples, raw)]
@@ -73,9 +74,9 @@ def test_tis_scales_the_policy_gradient_by_the_capped_weight(make_model, make_sa
                                                              weight):
     samples = _with_engine_logprobs(make_model(0), make_samples(6, seed=2), shift, temperature)
     advantages = [1.0, -1.0, 0.5, -0.5, 1.0, -1.0]
-    plain = PolicyLearner(make_model(0), LearnerConfig(total_steps=1, grad_clip=None))
+    plain = PolicyLearner(make_model(0), learner_config(total_steps=1, grad_clip=None))
     plain.accumulate_gradients(samples, advantages)
-    weighted = PolicyLearner(make_model(0), LearnerConfig(total_steps=1, grad_clip=None, tis_cap=cap))
+    weighted = PolicyLearner(make_model(0), learner_config(total_steps=1, grad_clip=None, tis_cap=cap))
     weighted.accumulate_gradients(samples, advantages)
     expected, got = _grads(plain.model), _grads(weighted.model)
     assert sorted(expected) == sorted(got)
@@ -91,7 +92,7 @@ def test_tis_weights_come_from_the_old_policy_in_every_mini_batch(make_model, ma
     advantages = [1.0, -1.0] * 4
     after = []
     for cap in (0.0, 5.0):
-        config = LearnerConfig(total_steps=1, lr=5e-2, ppo_mini_batch_size=2, tis_cap=cap)
+        config = learner_config(total_steps=1, lr=5e-2, ppo_mini_batch_size=2, tis_cap=cap)
         learner = PolicyLearner(make_model(0), config)
         metrics = learner.update(samples, advantages)
         assert metrics["num_optimizer_steps"] == 4.0 and metrics["ppo_kl"] != 0.0  # the policy moved in between

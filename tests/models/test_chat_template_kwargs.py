@@ -85,11 +85,11 @@ def test_every_qwen3_config_runs_non_thinking_and_every_policy_gets_it(name, ove
 
 def test_a_policy_worker_encodes_with_its_policys_kwargs():
     """The worker's codec (the driver's, for in-process workers) is built from the spec's kwargs."""
-    from pettingllms.learner import LearnerConfig
+    from settings_support import learner_config
     from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.spec import WorkerSpec
     from pettingllms.runtime.worker import PolicyWorker
 
-    spec = WorkerSpec("policy_0", "tiny-random-smollm2", LearnerConfig(total_steps=1),
+    spec = WorkerSpec("policy_0", "tiny-random-smollm2", learner_config(total_steps=1),
                       resolve_layout("policy_0", num_gpus=0), chat_template_kwargs={"enable_thinking": False})
     assert PolicyWorker(spec).codec.chat_template_kwargs == {"enable_thinking": False}

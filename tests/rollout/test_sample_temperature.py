@@ -5,7 +5,8 @@ from __future__ import annotations
 from pettingllms.core import Problem, SamplingParams
 from pettingllms.core.env import make_agents
 from pettingllms.envs.toy.env import TargetsEnv
-from pettingllms.rollout.executor import AgentSpec, Executor, ExecutorConfig
+from pettingllms.rollout.executor import AgentSpec, Executor
+from settings_support import executor_config
 from pettingllms.rollout.policy_client import LocalPolicyClient
 from pettingllms.rollout.scripted import ScriptedEngine
 
@@ -18,7 +19,7 @@ def test_samples_carry_their_agents_sampling_temperature_in_training_and_validat
     validation = SamplingParams(temperature=0.0, max_tokens=50)
     specs = {name: AgentSpec(agent, "policy_0", train[name], validation) for name, agent in make_agents(env).items()}
     executor = Executor(env, specs, {"policy_0": LocalPolicyClient(engine, engine.codec)},
-                        ExecutorConfig(branching=2, max_prompt_length=10_000, max_response_length=10_000))
+                        executor_config(branching=2, max_prompt_length=10_000, max_response_length=10_000))
     problems = [Problem("q0", {"prompt": "task"})]
     samples = executor.run(problems, seeds=[0]).samples
     assert {s.agent for s in samples} == {"alice", "bob"}

@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from pettingllms.core.types import Sample
-from pettingllms.learner import LearnerConfig, PolicyLearner
+from pettingllms.learner import PolicyLearner
+from settings_support import learner_config
 from pettingllms.learner.data_parallel import SINGLE_PROCESS, DataParallel
 from pettingllms.learner.sharding import FSDPOptions, shard_model
 from pettingllms.learner.weights import full_weights
@@ -117,7 +118,7 @@ def changed_fraction(before: dict[str, torch.Tensor], after: dict[str, torch.Ten
 
 
 def build_learner(case: Case, model: torch.nn.Module, data_parallel: DataParallel = SINGLE_PROCESS) -> PolicyLearner:
-    config = LearnerConfig(
+    config = learner_config(
         total_steps=4,
         lr=1e-3,
         ppo_mini_batch_size=case.mini_batch_size,
@@ -149,7 +150,7 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
         # dtype=bfloat16: bf16 compute (MixedPrecisionPolicy) over fp32 sharded master weights; one step at lr 1e-6.
         mixed = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"), compute_dtype=torch.bfloat16)
         before = {name: tensor.clone() for name, tensor in full_weights(mixed)}
-        learner = PolicyLearner(mixed, LearnerConfig(total_steps=1, lr=1e-6, dtype="bfloat16"),
+        learner = PolicyLearner(mixed, learner_config(total_steps=1, lr=1e-6, dtype="bfloat16"),
                                 data_parallel=data_parallel)
         metrics = learner.update(*vocabulary_samples())
         after = {name: tensor.clone() for name, tensor in full_weights(mixed)}
@@ -171,7 +172,7 @@ def bf16_weights_in_place(rank: int, data_parallel: DataParallel, workdir: Path)
     model = shard_model(tiny_model(False).to(torch.bfloat16), FSDPOptions(), torch.device("cpu"),
                         compute_dtype=torch.bfloat16)
     before = {name: tensor.clone() for name, tensor in full_weights(model)}
-    learner = PolicyLearner(model, LearnerConfig(total_steps=1, lr=1e-6, dtype="bfloat16"),
+    learner = PolicyLearner(model, learner_config(total_steps=1, lr=1e-6, dtype="bfloat16"),
                             data_parallel=data_parallel)
     metrics = learner.update(*vocabulary_samples())
     after = {name: tensor.clone() for name, tensor in full_weights(model)}
@@ -185,7 +186,7 @@ def with_engine_logprobs(samples: list[Sample], shifted: set[int], shift: float)
     computes them), minus ``shift`` for the samples in ``shifted`` (a stale or misrouted engine)."""
     import dataclasses
 
-    raw = PolicyLearner(tiny_model(False), LearnerConfig(total_steps=1)).compute_logprobs(samples)
+    raw = PolicyLearner(tiny_model(False), learner_config(total_steps=1)).compute_logprobs(samples)
     return [dataclasses.replace(s, response_logprobs=tuple(v - (shift if i in shifted else 0.0) for v in values))
             for i, (s, values) in enumerate(zip(samples, raw))]
 
@@ -202,7 +203,7 @@ def rollout_check_on_every_rank(rank: int, data_parallel: DataParallel, workdir:
     outcome = {}
     for name, shifted in (("clean", set()), ("rank1_stale", set(rank_shares(samples, everything, 0, 2)[1]))):
         model = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"))
-        learner = PolicyLearner(model, LearnerConfig(total_steps=1, lr=1e-2), data_parallel=data_parallel)
+        learner = PolicyLearner(model, learner_config(total_steps=1, lr=1e-2), data_parallel=data_parallel)
         before = {n: t.clone() for n, t in full_weights(model)}
         try:
             metrics, error = learner.update(with_engine_logprobs(samples, shifted, 1.0), advantages), None

@@ -97,14 +97,14 @@ def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path):
 
 
 def test_ray_start_up_refuses_an_impossible_layout_before_starting_any_actor(shared_ray):
-    from pettingllms.learner import LearnerConfig
+    from settings_support import learner_config
     from pettingllms.learner.sharding import FSDPOptions
     from pettingllms.runtime.group import PolicyGroup
     from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.placement import PlacementError
     from pettingllms.runtime.spec import WorkerSpec
 
-    spec = dict(model_path="tiny-random-smollm2", learner=LearnerConfig(total_steps=1), fsdp=FSDPOptions())
+    spec = dict(model_path="tiny-random-smollm2", learner=learner_config(total_steps=1), fsdp=FSDPOptions())
     specs = [WorkerSpec(policy="policy_0", layout=resolve_layout("policy_0", num_gpus=2), **spec),
              WorkerSpec(policy="policy_1", layout=resolve_layout("policy_1", num_gpus=0, num_ranks=2), **spec)]
     with pytest.raises(PlacementError) as info:

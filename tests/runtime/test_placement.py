@@ -142,13 +142,13 @@ def test_default_layout_splits_the_cores_over_every_rank():
 
 
 def _spec(policy: str, ranks: int, threads: int = 0, cpus: float = 0.0, tp: int = 1):
-    from pettingllms.learner import LearnerConfig
+    from settings_support import learner_config
     from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.spec import WorkerSpec
 
     layout = resolve_layout(policy, num_gpus=ranks, tensor_parallel=tp) if ranks > 1 else \
         resolve_layout(policy, num_gpus=0)
-    return WorkerSpec(policy, "tiny-random-smollm2", LearnerConfig(total_steps=1), layout,
+    return WorkerSpec(policy, "tiny-random-smollm2", learner_config(total_steps=1), layout,
                       requested_threads=threads, requested_cpus=cpus)
 
 
@@ -184,13 +184,13 @@ def test_local_cpus_is_the_affinity_mask_not_the_core_count(monkeypatch):
 
 
 def test_policies_sharing_a_gpu_with_vllm_start_one_after_another():
-    from pettingllms.learner import LearnerConfig
+    from settings_support import learner_config
     from pettingllms.runtime.group import setup_waves
     from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.spec import WorkerSpec
 
     def spec(policy, gpus, engine="auto"):
-        return WorkerSpec(policy, "m", LearnerConfig(total_steps=1), resolve_layout(policy, num_gpus=gpus,
+        return WorkerSpec(policy, "m", learner_config(total_steps=1), resolve_layout(policy, num_gpus=gpus,
                                                                                      engine=engine))
 
     assert setup_waves([spec("a", 0.5), spec("b", 0.5)]) == [["a"], ["b"]]  # L3 on one GPU

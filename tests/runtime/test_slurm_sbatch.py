@@ -97,12 +97,12 @@ def test_the_sbatch_script_starts_a_two_process_ray_cluster_and_trains_through_i
     # still start a Ray of its own rather than try to join it.
     import ray
 
-    from pettingllms.learner import LearnerConfig
+    from settings_support import learner_config
     from pettingllms.runtime.group import PolicyGroup
     from pettingllms.runtime.layout import resolve_layout
     from pettingllms.runtime.spec import WorkerSpec
 
-    spec = WorkerSpec("policy_0", "tiny-random-smollm2", LearnerConfig(total_steps=1),
+    spec = WorkerSpec("policy_0", "tiny-random-smollm2", learner_config(total_steps=1),
                       resolve_layout("policy_0", num_gpus=0, cpus_per_rank=1.0))
     group = PolicyGroup([spec], use_ray=True, num_cpus=2, namespace="pettingllms-test-own-ray", setup=False)
     try:

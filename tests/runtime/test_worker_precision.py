@@ -7,14 +7,14 @@ import logging
 
 import torch
 
-from pettingllms.learner import LearnerConfig
+from settings_support import learner_config
 from pettingllms.runtime.layout import resolve_layout
 from pettingllms.runtime.spec import WorkerSpec
 from pettingllms.runtime.worker import PolicyWorker
 
 
 def worker(**kwargs) -> PolicyWorker:
-    spec = WorkerSpec("policy_0", "tiny-random-smollm2", LearnerConfig(total_steps=1, dtype="bfloat16"),
+    spec = WorkerSpec("policy_0", "tiny-random-smollm2", learner_config(total_steps=1, dtype="bfloat16"),
                       resolve_layout("policy_0", num_gpus=0), dtype="bfloat16", **kwargs)
     w = PolicyWorker(spec)
     w.setup()

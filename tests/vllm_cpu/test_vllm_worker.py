@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pettingllms.core.types import GenerationRequest, Sample, SamplingParams
-from pettingllms.learner import LearnerConfig
+from settings_support import learner_config
 from pettingllms.models import LoraSpec
 from pettingllms.runtime.layout import resolve_layout
 from pettingllms.runtime.spec import WorkerSpec
@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.vllm_cpu, pytest.mark.timeout(1800)]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=6)
 ENGINE_OPTIONS = {"max_model_len": CONTEXT, "llm_options": {"enforce_eager": True, "block_size": 32}}
 # Large steps so one update moves greedy logprobs far beyond rounding: the test must see the new weights.
-FULL_LEARNER = LearnerConfig(total_steps=4, lr=1e-2, grad_clip=None, min_lr_ratio=1.0)
-LORA_LEARNER = LearnerConfig(total_steps=4, lr=5e-2, grad_clip=None, min_lr_ratio=1.0)
+FULL_LEARNER = learner_config(total_steps=4, lr=1e-2, grad_clip=None, min_lr_ratio=1.0)
+LORA_LEARNER = learner_config(total_steps=4, lr=5e-2, grad_clip=None, min_lr_ratio=1.0)
 
 
 def worker_spec(model_dir, lora: bool) -> WorkerSpec:
