@@ -1,7 +1,9 @@
 """Loading an exported model folder back and generating from it: transformers, and vLLM where it is installed.
 
 What ``pettingllms export`` writes must load on its own; the rehearsal (``pettingllms train --rehearse``) checks it
-with these.
+with these. They build their engines directly, not through ``runtime/serving.py`` (where training and evaluation
+build theirs), on purpose: the check is that the folder loads as a user's own transformers or vLLM would load it,
+with nothing of the run's settings.
 """
 
 from __future__ import annotations
