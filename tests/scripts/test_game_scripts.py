@@ -96,7 +96,7 @@ def test_l2_script_rejects_an_unknown_game():
 def test_script_trains_two_steps_on_cpu(script, tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "GPU_num": "0", "CUDA_VISIBLE_DEVICES": ""}
     # One torch thread per policy: on a shared 2-core machine, 2-thread workers oversubscribe the cores and a
-    # step slows down several-fold (docs: DESIGN "CPU threads").
+    # step slows down several-fold (model.num_threads, docs/distributed.md).
     overrides = [*CPU_BUDGET, f"training.log_dir={tmp_path}", "training.resume=none", "training.export_hf=false",
                  "training.plot=false", "training.max_prompt_length=2048", "base_models.policy_0.num_threads=1"]
     out = subprocess.run(["bash", str(GAME_DIR / script), *overrides], env=env, capture_output=True, text=True,
