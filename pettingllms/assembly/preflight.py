@@ -1,5 +1,5 @@
-"""What a run needs to start, checked before any worker starts and without loading weights: every policy's model is
-found (here, or downloadable), and its chat template renders the env's first prompts within
+"""What a run needs to start, checked before any worker starts and without loading weights: every policy's engine is
+installed, its model is found (here, or downloadable), and its chat template renders the env's first prompts within
 ``training.max_prompt_length``. ``--dry-run`` runs ``locate_models`` and the prompt check on the tokenizers already
 here; the trainer runs the same checks, then ``resolve_models`` (downloads, the packaged model's conversion) and the
 prompt check on every policy, before its workers start.
@@ -7,6 +7,8 @@ prompt check on every policy, before its workers start.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TypeVar
 
@@ -18,6 +20,21 @@ from pettingllms.models import HFChatCodec, resolve_model
 from pettingllms.models.resolve import ModelSource, locate_model
 
 T = TypeVar("T")
+
+
+def check_engines(run_plan: RunPlan) -> None:
+    """Every policy's rollout engine can be imported where its workers run. A GPU policy generates with vLLM
+    (``engine: auto``), so a machine without vLLM is refused now, not once Ray has started and the workers have
+    loaded their models. With ``RAY_ADDRESS`` set the workers run on the cluster's nodes, whose Python environment
+    decides (a worker without vLLM stops at its start with the same message)."""
+    vllm_policies = [spec for spec in run_plan.worker_specs if spec.engine == "vllm"]
+    if not vllm_policies or os.environ.get("RAY_ADDRESS") or importlib.util.find_spec("vllm") is not None:
+        return
+    from pettingllms.rollout.vllm import INSTALL_HINT
+
+    keys = ", ".join(f"base_models.{spec.policy}.engine" for spec in vllm_policies)
+    why = " (auto: the policy has GPUs)" if any(spec.layout.uses_gpus for spec in vllm_policies) else ""
+    raise ConfigError(f"{keys} = vllm{why}: {INSTALL_HINT}")
 
 
 def model_key(cfg: Config, policy: str, path: str) -> str:

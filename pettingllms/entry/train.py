@@ -84,11 +84,13 @@ def check_run(cfg) -> list[str]:
     the plan summary, data and model lines; raises the trainer's errors."""
     from pettingllms.assembly.describe import describe_plan
     from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
-    from pettingllms.assembly.preflight import chat_codecs, check_first_prompts, describe_models, locate_models
+    from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_models,
+                                                locate_models)
     from pettingllms.data.problems import describe_data, preview_problems
     from pettingllms.runtime.placement import check_here
 
     run_plan = plan(cfg)
+    check_engines(run_plan)
     env = run_plan.env
     data = describe_data(env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
     sources = locate_models(cfg, run_plan)

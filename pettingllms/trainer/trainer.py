@@ -19,7 +19,8 @@ from pathlib import Path
 from pettingllms.algo.grpo import score_samples
 from pettingllms.assembly.describe import describe_agents, describe_plan
 from pettingllms.assembly.plan import RunPlan, plan
-from pettingllms.assembly.preflight import chat_codecs, check_first_prompts, locate_models, resolve_models
+from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, locate_models,
+                                            resolve_models)
 from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
@@ -88,6 +89,7 @@ class Trainer:
     def _setup(self) -> None:
         cfg = self.cfg
         self.plan: RunPlan = plan(cfg)  # config errors surface here, before anything is loaded
+        check_engines(self.plan)
         self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset, cfg.training.seed)
         self.benchmarks = benchmark_sets(self.plan.env, cfg.env.data_root, cfg.env.benchmark, cfg.env.max_val_problems)
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
