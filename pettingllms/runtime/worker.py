@@ -86,10 +86,13 @@ class PolicyWorker:
         return address, port
 
     # ------------------------------------------------------------------------------------------ set-up
-    def setup(self, address: str | None = None, port: int | None = None, engine_devices: str | None = None) -> str:
+    def setup(self, address: str | None = None, port: int | None = None, engine_devices: str | None = None,
+              engine: Any = None) -> str:
         """Build this rank: process group (sharded groups), model or shard, learner, and engine (engine hosts).
 
         engine_devices: on the host of a TP>1 engine, the GPUs of its TP group (``serving.engine_visible_devices``).
+        engine: an engine object to host instead of building the spec's (``benchmarks/gpu_learner.py`` measures the
+        learner's side of a GPU step with one that only receives the weights, where vLLM is not installed).
         """
         from pettingllms.runtime.serving import expose_tp_group_gpus
 
@@ -108,7 +111,7 @@ class PolicyWorker:
         if self.layout.sharded:
             self._join_process_group(address, port)
         self._build_learner(device)
-        self._build_engine(device)
+        self._build_engine(device, engine)
         from pettingllms.runtime.serving import initial_push_needed
 
         if initial_push_needed(spec, trained=False):
@@ -162,14 +165,16 @@ class PolicyWorker:
                 else SINGLE_PROCESS,
             )
 
-    def _build_engine(self, device) -> None:
+    def _build_engine(self, device, given: Any = None) -> None:
         import torch
 
         from pettingllms.models import load_model
         from pettingllms.runtime.serving import EngineSync, make_engine, peft_adapter_configs
 
         spec = self.spec
-        if self.layout.hosts_engine(self.rank):
+        if given is not None:
+            self.engine = given
+        elif self.layout.hosts_engine(self.rank):
             if spec.engine == "hf" and self.layout.sharded:  # a full copy beside the shard, refreshed every update
                 self._engine_model = load_model(spec.directory, spec.dtype, spec.lora, spec.lora_names).to(device)
             # Without a copy of its own the engine generates with the learner's module: updates are visible at once.

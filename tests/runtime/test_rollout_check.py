@@ -33,12 +33,12 @@ def engine_with_its_own_copy(monkeypatch):
     """Every engine keeps a full copy of the weights that the worker refreshes after each update."""
     original = PolicyWorker._build_engine
 
-    def build(self, device):
+    def build(self, device, given=None):
         from pettingllms.models import load_model, resolve_model
 
         spec = self.spec
         self._engine_model = load_model(resolve_model(spec.model_path), spec.dtype, spec.lora, spec.lora_names)
-        original(self, device)
+        original(self, device, given)
         from pettingllms.rollout.hf_engine import HFEngine
 
         self.engine = HFEngine(self._engine_model, self.codec, seed=spec.seed)
