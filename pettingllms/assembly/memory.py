@@ -46,10 +46,15 @@ FP32 = 4
 BYTES = {"float32": 4, "bfloat16": 2}
 
 # Memory a process holds outside PyTorch's allocator and outside vLLM's budget: the CUDA context and loaded
-# kernels, cuBLAS workspaces, NCCL buffers (learner); the CUDA context and CUDA-graph pool (vLLM). Assumed, typical
-# of an H100 with CUDA 12; not measured in this project.
-LEARNER_PROCESS_BYTES = 1 * GIB
+# kernels, cuBLAS workspaces, NCCL buffers (learner); the CUDA context and CUDA-graph pool (vLLM). The learner's was
+# measured on an H200 (torch 2.11, CUDA 13; benchmarks/gpu_learner.py): device memory in use minus PyTorch's
+# reserved, 0.73-0.83 GiB for one process, 1.38 GiB with an NCCL process group. vLLM's is assumed, not measured.
+LEARNER_PROCESS_BYTES = 1.5 * GIB
 ENGINE_PROCESS_BYTES = 1 * GIB
+# PyTorch's caching allocator reserves more than is allocated at the update's peak (blocks rounded up, freed blocks
+# too small to reuse): measured on the same H200 at 0.7-6.4% of the allocated peak (full, FSDP, LoRA, gradient
+# checkpointing). The update phase counts this share on top of the learner's peak.
+ALLOCATOR_RESERVE = 0.07
 # FSDP2 keeps at most this many decoder layers all-gathered at once: the one computing and the one prefetched.
 GATHERED_LAYERS = 2
 # logsumexp's backward: the saved logits, the gradient from the picked tokens, and (self - result), its exp and
@@ -529,7 +534,7 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     world = policy.learner.world_size
     transient = learner.largest_tensor * (1 + 1 / world) + \
         layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel
-    update = learner.peak + process
+    update = learner.peak * (1 + ALLOCATOR_RESERVE) + process
     sync = max(kept, learner.resident + transient) + weights + process
     rollout = kept + engine + process
     return PolicyMemory(policy, learner, budget, weights, kv, transient, update, sync, rollout)
@@ -772,12 +777,14 @@ def assumptions() -> list[str]:
         "a logit",
         "activations counted op by op for Llama/Qwen layers; attention: the memory-efficient SDPA kernel with the "
         "learner's mask and grouped K/V expanded to every query head (models/attention.py), no O(L^2) scores; "
-        "checked against CPU updates (benchmarks/memory_plan_check.py), not on a GPU yet",
+        "checked against CPU updates (benchmarks/memory_plan_check.py) and CUDA updates of Qwen3-1.7B on an H200 "
+        "(benchmarks/gpu_learner.py: the allocated peak at 0.96-1.00 of the estimate)",
         f"FSDP2 keeps {GATHERED_LAYERS} layers gathered (computing + prefetched) and the root (embedding, head) "
         "from its forward to its backward; its reduce-scatter buffers come after the logits' peak",
         f"outside PyTorch's allocator and vLLM's budget: learner process {LEARNER_PROCESS_BYTES / GB:.2f} GB, vLLM "
-        f"process {ENGINE_PROCESS_BYTES / GB:.2f} GB (CUDA context, cuBLAS, NCCL, CUDA graphs; assumed, not "
-        "measured); allocator fragmentation is not modelled: keep some headroom",
+        f"process {ENGINE_PROCESS_BYTES / GB:.2f} GB (CUDA context, cuBLAS, NCCL, CUDA graphs; the learner's "
+        "measured on an H200, vLLM's assumed); the update adds the caching allocator's reserve above its allocated "
+        f"peak ({ALLOCATOR_RESERVE:.0%}, the largest measured on an H200 rounded up)",
         "vLLM holds its whole budget when awake (weights, KV cache, its activations) and nothing while asleep "
         "(level 2 full model, level 1 LoRA: weights and KV cache leave the GPU)",
         released,
@@ -855,10 +862,12 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
     lines.append(_line("KV cache + activations", max(0.0, p.budget - p.engine_weights),
                        f"about {capacity:,.0f} tokens at {p.kv_per_token:,} B/token", 8))
     lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
-                       "learner + vLLM processes, in every phase (assumed)", 4))
+                       "learner + vLLM processes, in every phase (the learner's measured, vLLM's assumed)", 4))
     kept = "resident"
     if setup.trainable:
-        lines.append(_line("phase: update", p.update, "learner's update peak + overheads; vLLM asleep", 4))
+        lines.append(_line("phase: update", p.update,
+                           f"learner's update peak + {ALLOCATOR_RESERVE:.0%} allocator reserve + overheads; vLLM asleep",
+                           4))
         lines.append(_line("phase: weight sync", p.sync, f"learner {kept} + vLLM weights + "
                                                          f"{p.sync_transient / GB:.2f} GB in flight + overheads", 4))
     lines.append(_line("phase: rollout", p.rollout, f"learner {kept} + vLLM budget + overheads", 4))

@@ -34,3 +34,34 @@ def test_the_layout_table_matches_the_scripts():
     for script in scripts:
         expected = [cell(script_specs(script, env)) for env in SETTINGS.values()]
         assert documented[script] == expected, script
+
+
+def test_the_memory_plan_example_is_what_the_plan_prints(monkeypatch):
+    """The GPU memory plan block of docs/distributed.md: every ``label  N GB`` line is the plan's own figure for the
+    command written above it (math_L1_prompt on 8 GPUs of 80 GB), and so are the fixes the prose quotes."""
+    import pytest
+
+    from pettingllms.assembly.plan import plan
+    from pettingllms.core import ConfigError
+    from pettingllms.entry.train import load_config
+
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    text = DOC.read_text()
+    block = text[text.index("CLUSTER_GPUS=8 RAY_ADDRESS=auto bash scripts/train/math/math_L1_prompt.sh --dry-run"):]
+    block = block[:block.index("```")]
+    figure = re.compile(r"^\s+(\S.*?)\s{2,}([\d.]+) GB\b", re.M)
+    documented = figure.findall(block)
+    assert len(documented) >= 15
+    common = ["training.experiment_name=math_L1_prompt", "specialization=L1", "resources.gpus_per_policy=8"]
+    printed = plan(load_config("math", [*common, "resources.gpu_memory_gb=80"])).memory.describe()
+    assert documented == [pair for pair in figure.findall(printed) if pair[0] in dict(documented)]
+    with pytest.raises(ConfigError) as refused:
+        plan(load_config("math", [*common, "resources.gpu_memory_gb=8"]))
+    fixes = dict(re.findall(r"^  (\S+?)[ :].*?peak ([\d.]+) GB", str(refused.value), re.M))
+    prose = " ".join(text.split())
+    for key, quoted, peak in (("optim.gradient_checkpointing=true", "`optim.gradient_checkpointing=true` (", "35.10"),
+                              ("optim.micro_batch_max_tokens=6144", "`optim.micro_batch_max_tokens=6144` (", "51.15"),
+                              ("specialization=L2", "`specialization=L2` (LoRA, ", "56.49"),
+                              ("base_models.policy_0.fsdp.cpu_offload=true", "`fsdp.cpu_offload=true` (", "63.13"),
+                              ("GPU_num=64", "`GPU_num=64` (", "63.59")):
+        assert fixes[key] == peak and f"{quoted}{peak} GB" in prose
