@@ -152,6 +152,12 @@ def trained_samples(learner, tokens_per_sample: int, count: int, vocab: int, age
                               episode=f"e{index}", problem_id=f"p{index // 2}", branch=index % 2,
                               prompt_ids=tuple(ids[:2]), response_ids=tuple(ids[2:]),
                               response_logprobs=tuple(0.0 for _ in ids[2:]), reward=float(index % 2)))
+    return on_policy(learner, samples)
+
+
+def on_policy(learner, samples: list) -> list:
+    """The samples with the current policy's log-probs as their rollout log-probs, as a fresh rollout of an engine
+    in sync would give them (the learner's per-step rollout check compares the two, and refuses stale ones)."""
     logprobs = learner.compute_logprobs(samples)
     return [replace(s, response_logprobs=tuple(lp)) for s, lp in zip(samples, logprobs)]
 
@@ -160,6 +166,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     from pettingllms.assembly import memory
     from pettingllms.assembly.plan import plan
     from pettingllms.models.load import parse_dtype
+    from pettingllms.runtime.serving import release_accelerator_cache
     from pettingllms.runtime.worker import PolicyWorker
 
     started = time.perf_counter()
@@ -191,6 +198,8 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
 
     rows = []
     for repeat in range(args.repeats + 1):
+        batch = on_policy(worker.learner, batch)  # each update trains on samples of the policy it updates
+        release_accelerator_cache()  # as a real update starts: the last sync released the cache before the rollout
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -212,6 +221,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
               f"start {row['update_peak_above_start_gb'] or 0:.2f} GiB, released "
               f"{metrics.get('memory/cache_released_gb', 0):.2f} GiB", flush=True)
     measured = rows[1:]  # the first update also creates the AdamW state and warms the kernels
+    profile = profile_update(worker, on_policy(worker.learner, batch), advantages, device) if args.profile else None
 
     result: dict[str, Any] = {
         "case": name, "script": f"scripts/train/math/{script}", "overrides": extra,
@@ -228,6 +238,8 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         if sink.syncs else None,
         "seconds": time.perf_counter() - started,
     }
+    if profile is not None:
+        result["profile_top_ops"] = profile
     if policy is not None and device.type == "cuda":
         estimate = memory.learner_memory(policy.shape, policy.learner.with_tokens(per_batch * tokens))
         peak = median([r["update_peak_above_start_gb"] for r in measured])
@@ -246,6 +258,26 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+def profile_update(worker, batch, advantages, device, top: int = 25) -> list[dict[str, Any]]:
+    """One more ``PolicyWorker.update`` under the profiler: the ``top`` kernels and operators by their own device
+    time, each with its share of the update's (where the time goes: attention, matmuls, the logits, the optimizer)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
+        worker.update(batch, advantages)
+        if cuda:
+            torch.cuda.synchronize(device)
+    if not cuda:  # no device time to rank: the CPU run only checks that the profiled update runs
+        return []
+    events = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
+    own = sum(e.self_device_time_total for e in events) or 1.0
+    ranked = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:top]
+    return [{"op": e.key, "calls": e.count, "device_ms": e.device_time_total / 1e3,
+             "self_device_ms": e.self_device_time_total / 1e3, "self_share": e.self_device_time_total / own}
+            for e in ranked]
 
 
 def build_model(args: argparse.Namespace) -> str:
@@ -273,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a converted SmolLM2 folder the replica takes its BPE from (default: the packaged one)")
     parser.add_argument("--replica-cache", default=str(Path(tempfile.gettempdir()) / "pettingllms-replicas"))
     parser.add_argument("--repeats", type=int, default=3, help="measured updates per case (after one warm-up)")
+    parser.add_argument("--profile", action="store_true",
+                        help="GPU: one more update per case under the profiler; its top operators go in the JSON")
     parser.add_argument("--quick", action="store_true", help="CPU, tiny replica: checks the script, not the figures")
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args(argv)
