@@ -1,7 +1,7 @@
 """GPU smoke test: what users run (the train scripts' own configs), on whatever GPUs are visible, in one command.
 
     pip install -e '.[gpu]'                      # on a CUDA machine: vLLM
-    python benchmarks/gpu_smoke.py               # generation + L1 + L3 on a full-size Qwen3-1.7B replica
+    python benchmarks/gpu_smoke.py               # learner + generation + L1 + L3 on a full-size Qwen3-1.7B replica
     python benchmarks/gpu_smoke.py --parts L1 --steps 2 --model /models/Qwen3-1.7B
 
 The model: by default a full-size random-weight replica of the scripts' own Qwen/Qwen3-1.7B, written locally from
@@ -10,6 +10,9 @@ names, chat template; no hub needed, 76 s and 4 GB of disk), so the run has the 
 ``--model`` takes any local folder or alias instead. It exits non-zero on the first failure.
 
 Parts (each adds a section to benchmarks/results/gpu_smoke.json):
+- ``learner``: ``benchmarks/gpu_learner.py`` (the learner's half of a step of the math scripts through the worker,
+  with the memory plan checked against CUDA's allocator; needs no vLLM), written beside as gpu_learner.json. It runs
+  first, so a machine without vLLM still measures it before the vLLM parts stop the run with the install command.
 - ``generation``: the executor over a ``VLLMEngine`` on the quickstart workload (arith_duo, tree mode, B
   problems x K branches, two turns), with every batched call recorded; then the very same calls replayed on
   the bare engine from the same RNG state. Tokens/s of both and their ratio (target >= 0.9, as for the CPU engine).
@@ -29,6 +32,7 @@ vLLM's engine processes and the learners together.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -49,7 +53,8 @@ from _report import load_average, median, out_dir, write_result  # noqa: E402
 
 NAME = "gpu_smoke"
 TARGET = 0.9
-PARTS = ("generation", "L1", "L3")
+PARTS = ("learner", "generation", "L1", "L3")
+VLLM_PARTS = ("generation", "L1", "L3")
 DEFAULT_MODEL = "replica:Qwen/Qwen3-1.7B"
 MEMORY_PHASES = ("after_update", "after_release", "after_weights", "after_wake")
 
@@ -84,10 +89,6 @@ def require_gpu() -> dict:
     """The GPU's name and memory, or exit with what is missing."""
     if shutil.which("nvidia-smi") is None:
         sys.exit("gpu_smoke needs an NVIDIA GPU (nvidia-smi not found); on CPU run `make test-vllm` instead")
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        sys.exit("gpu_smoke needs vLLM: pip install -e '.[gpu]'")
     import torch
 
     if not torch.cuda.is_available():
@@ -120,6 +121,19 @@ def generation(args: argparse.Namespace) -> dict:
     medians = {k: median([s[k] for s in samples]) for k in
                ("tokens", "executor_s", "bare_s", "executor_tokens_per_s", "bare_tokens_per_s", "ratio")}
     return {"samples": samples, "medians": medians, "workload": work.settings}
+
+
+# ------------------------------------------------------------------------------------------ learner
+def learner(args: argparse.Namespace) -> dict:
+    """``gpu_learner.py`` on the same model, into the same folder; its headline figures for this report."""
+    import gpu_learner
+
+    directory = out_dir(args.out_dir, False)
+    with GpuMemoryPeak() as memory:
+        gpu_learner.main(["--model", args.model, "--out-dir", str(directory)])
+    result = json.loads((directory / "gpu_learner.json").read_text())
+    return {"file": "gpu_learner.json", "peak_gpu_memory_mib": memory.peak_mib,
+            "worst_plan_error": result["measured"], "medians": result["medians"]}
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -231,9 +245,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args.model = resolve_model_arg(args.model, Path(args.replica_cache))
     load_before = load_average()
     report: dict = {"device": device}
+    if "learner" in args.parts:
+        report["learner"] = learner(args)
+    if any(part in VLLM_PARTS for part in args.parts) and importlib.util.find_spec("vllm") is None:
+        sys.exit("gpu_smoke's generation, L1 and L3 parts need vLLM: pip install -e '.[gpu]'"
+                 + (" (the learner part ran: gpu_learner.json)" if "learner" in report else ""))
     if any(part in LEVEL_SCRIPTS for part in args.parts):
         prepare_math_data()
-    for part in args.parts:
+    for part in [p for p in args.parts if p in VLLM_PARTS]:
         with GpuMemoryPeak() as memory:
             if part == "generation":
                 report[part] = generation(args)
