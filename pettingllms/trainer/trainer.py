@@ -158,11 +158,13 @@ class Trainer:
                                                     time.perf_counter() - started))
                     # The step's row goes out before its checkpoint becomes the one a resume starts from, so a run
                     # stopped in between resumes from the previous checkpoint and logs this step again.
+                    doing = f"step {step}"
                     self._log(step, result.metrics)
                     progress.advance(step, result.metrics)
                     results.append(result)
                     self.step_done = step
                     if written is not None:
+                        doing = f"the checkpoint of step {step}"
                         self._publish_checkpoint(written)
                         ckpt.prune_checkpoints(self.run_dir / "checkpoints", cfg.max_ckpt_to_keep)
             doing = "the end of training (export, plots)"
