@@ -8,12 +8,12 @@ batch does not depend on task scheduling) go to the policy in one call, and the 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Awaitable, Iterable, Mapping, Sequence
 
 from pettingllms.core.errors import ConfigError
+from pettingllms.core.part_clock import PartClock
 from pettingllms.core.types import GenerationRequest, GenerationResult
 from pettingllms.rollout.policy_client import PolicyClient
 
@@ -23,14 +23,17 @@ class BatcherStats:
     flushes: int = 0
     requests: int = 0
     sequences: int = 0
-    generate_s: float = 0.0
     calls_per_policy: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
+GENERATE = "generate"  # the clock's part for the engine calls
+
+
 class RequestBatcher:
-    def __init__(self, clients: Mapping[str, PolicyClient]) -> None:
+    def __init__(self, clients: Mapping[str, PolicyClient], clock: PartClock | None = None) -> None:
         self.clients = dict(clients)
         self.stats = BatcherStats()
+        self.clock = clock if clock is not None else PartClock()  # the wall time of the engine calls: GENERATE
         self._pending: list[tuple[str, GenerationRequest, asyncio.Future]] = []
         self._waiting_episodes = 0
         self._changed = asyncio.Event()
@@ -80,10 +83,9 @@ class RequestBatcher:
         by_policy: dict[str, list[tuple[GenerationRequest, asyncio.Future]]] = defaultdict(list)
         for policy, request, future in pending:
             by_policy[policy].append((request, future))
-        start = time.perf_counter()
         batches = {p: sorted(items, key=lambda item: item[0].request_id) for p, items in sorted(by_policy.items())}
-        outputs = await asyncio.gather(*(self._call(p, [r for r, _ in items]) for p, items in batches.items()))
-        self.stats.generate_s += time.perf_counter() - start
+        with self.clock.part(GENERATE):  # policies run concurrently: their calls' wall time, once
+            outputs = await asyncio.gather(*(self._call(p, [r for r, _ in items]) for p, items in batches.items()))
         self.stats.flushes += 1
         for (policy, items), results in zip(batches.items(), outputs):
             self.stats.calls_per_policy[policy] += 1

@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 from pettingllms.core.env import Agent, Env, Problem
 from pettingllms.core.choices import NonFiniteReward, RolloutMode, Selection
 from pettingllms.core.errors import ConfigError, EnvError, PromptTooLongError
+from pettingllms.core.part_clock import PartClock
 from pettingllms.core.types import (
     FINISH_LENGTH,
     Completion,
@@ -52,13 +53,14 @@ from pettingllms.core.types import (
     SamplingParams,
     Transition,
 )
-from pettingllms.rollout.batcher import RequestBatcher
+from pettingllms.rollout.batcher import GENERATE, RequestBatcher
 from pettingllms.rollout.policy_client import PolicyClient
 
 MODES = RolloutMode.values()
 WHOLE_EPISODE = -1  # the turn of a trajectory-mode group key: (problem slot, WHOLE_EPISODE, agent)
 SELECTIONS = Selection.values()
 NON_FINITE = NonFiniteReward.values()
+ENV = "env"  # the clock's part for env calls: reset, step, rewards, success
 OUTPUT_EXCERPT = 200  # characters of a model output quoted in a non-finite reward's message
 log = logging.getLogger(__name__)
 
@@ -177,7 +179,7 @@ class Executor:
         self.agents = dict(agents)
         self.clients = dict(clients)
         self.config = config
-        self._env_s = 0.0
+        self._clock = PartClock()  # this rollout's generation and env time
         self._dropped: list[str] = []  # this rollout's dropped non-finite rewards, described
 
     # ----------------------------------------------------------------------------------------------- API
@@ -196,8 +198,8 @@ class Executor:
             raise ValueError(f"{len(problems)} problems but {len(seeds)} seeds")
         k = n or self.config.branching
         mode = "independent" if validation else self.config.mode
-        batcher = RequestBatcher(self.clients)
-        self._env_s = 0.0
+        self._clock = PartClock()
+        batcher = RequestBatcher(self.clients, self._clock)
         self._dropped = []
         start = time.perf_counter()
         by_return = mode == "trajectory"
@@ -211,10 +213,12 @@ class Executor:
         if self._dropped:
             log.warning("dropped %d non-finite reward(s) (reward.non_finite=drop); the first: %s", len(self._dropped),
                         self._dropped[0])
+        # generate_s and env_s never overlap: the batcher calls the engines only while every live episode waits for
+        # them, so no env call is running then.
         timings = {
             "rollout_s": time.perf_counter() - start,
-            "generate_s": batcher.stats.generate_s,
-            "env_s": self._env_s,
+            "generate_s": self._clock.seconds(GENERATE),
+            "env_s": self._clock.seconds(ENV),
             "generate_calls": float(batcher.stats.flushes),
             "generated_sequences": float(batcher.stats.sequences),
         }
@@ -274,7 +278,7 @@ class Executor:
             turns=turns,
             terminated=terminated,
             truncated=truncated,
-            success=bool(self.env.success(state)),
+            success=self._success(state),
             team_reward=team_reward,
             agent_rewards=_agent_totals(transcript),
             error=error,
@@ -322,11 +326,9 @@ class Executor:
         live = [c for c in candidates if not c.completion.failed]
         for c in live:
             c.action = agent.parse(c.completion.text)
-        start = time.perf_counter()
         transitions = await asyncio.gather(
             *(asyncio.to_thread(self._step, state, agent_name, c.action, problem, turn) for c in live)
         )
-        self._env_s += time.perf_counter() - start
         for c, transition in zip(live, transitions):
             c.transition = transition
             team, c.local, c.nonfinite = self._rewards(transition.state, agent_name, problem, turn,
@@ -343,10 +345,11 @@ class Executor:
         message."""
         where = (f"{type(self.env).__name__} on problem {problem.problem_id!r}, turn {turn}"
                  + (f", agent {agent_name!r}" if agent_name is not None else "") + f", {context}")
-        values = {"team_reward": _number(self.env.team_reward(state), "team_reward", where)}
-        if agent_name is not None:
-            label = f"{agent_name}.local_reward"
-            values[label] = _number(self.agents[agent_name].agent.local_reward(state), label, where)
+        with self._clock.part(ENV):
+            values = {"team_reward": _number(self.env.team_reward(state), "team_reward", where)}
+            if agent_name is not None:
+                label = f"{agent_name}.local_reward"
+                values[label] = _number(self.agents[agent_name].agent.local_reward(state), label, where)
         team, local = values["team_reward"], values.get(f"{agent_name}.local_reward", 0.0)
         # What enters a sample is alpha * team + local: 0 * inf is as unusable as inf itself.
         if math.isfinite(self.config.alpha * team) and math.isfinite(local):
@@ -431,15 +434,18 @@ class Executor:
         return out
 
     # ----------------------------------------------------------------------------------------------- env calls
+    # Every env call is timed as the ENV part (timing/env_s), the sandbox of model-written code included.
     def _reset(self, problem: Problem, seed: int) -> Any:
         try:
-            return self.env.reset(problem, seed)
+            with self._clock.part(ENV):
+                return self.env.reset(problem, seed)
         except Exception as exc:
             raise EnvError(f"{type(self.env).__name__}.reset failed on problem {problem.problem_id!r}: {exc!r}") from exc
 
     def _step(self, state: Any, agent: str, action: Any, problem: Problem, turn: int) -> Transition:
         try:
-            transition = self.env.step(state, agent, action)
+            with self._clock.part(ENV):
+                transition = self.env.step(state, agent, action)
         except Exception as exc:
             raise EnvError(
                 f"{type(self.env).__name__}.step crashed on problem {problem.problem_id!r}, turn {turn}, "
@@ -448,6 +454,10 @@ class Executor:
         if not isinstance(transition, Transition):
             raise EnvError(f"{type(self.env).__name__}.step must return a Transition, got {type(transition)}")
         return transition
+
+    def _success(self, state: Any) -> bool:
+        with self._clock.part(ENV):
+            return bool(self.env.success(state))
 
     def _check_prompt(self, prompt_ids: Sequence[int], agent: str, turn: int, problem: Problem) -> None:
         if len(prompt_ids) > self.config.max_prompt_length:

@@ -64,22 +64,45 @@ def save_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_
     ``POLICIES_DIR`` (each policy's folder by ``save_worker_state``). private: the step directory and everything in
     it are owner-only (0700 / 0600), so a copy of the checkpoint keeps out other users too; otherwise the umask's.
     """
+    final = write_checkpoint(root, step, trainer_state, write_payload, private=private)
+    publish_checkpoint(final, private=private)
+    return final
+
+
+def write_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write_payload: Callable[[Path], None],
+                     *, private: bool = True) -> Path:
+    """``save_checkpoint``'s first half: the complete step directory, which ``latest`` does not name yet. The
+    trainer logs the step between the halves, so a run stopped there resumes from the previous checkpoint and
+    logs the step again."""
     final = Path(root) / step_dir_name(step)
-    try:
+    with _disk_full_named(final):
         with atomic_directory(final, replace=True) as tmp:
             write_payload(tmp)
             (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
             if private:
                 restrict_to_owner(tmp)
-        write_text_atomic(Path(root) / LATEST, final.name)
-        if private:
-            restrict_to_owner(Path(root) / LATEST)
-    except DiskFullError as exc:
-        good = latest_checkpoint(root)
-        kept = f"the last good checkpoint, {good.name}, is kept ({LATEST} is unchanged)" if good else "none was before"
-        raise DiskFullError(f"checkpoint {final.name} was not written: {exc}; {kept}. Free some space, then resume "
-                            "(training.resume=auto)") from exc
     return final
+
+
+def publish_checkpoint(step_dir: Path, *, private: bool = True) -> None:
+    """``save_checkpoint``'s second half: point ``latest`` at ``step_dir``, written by ``write_checkpoint``."""
+    root = step_dir.parent
+    with _disk_full_named(step_dir):
+        write_text_atomic(root / LATEST, step_dir.name)
+        if private:
+            restrict_to_owner(root / LATEST)
+
+
+@contextmanager
+def _disk_full_named(step_dir: Path):
+    """A write that ran out of room names the checkpoint, the one kept, and what to do."""
+    try:
+        yield
+    except DiskFullError as exc:
+        good = latest_checkpoint(step_dir.parent)
+        kept = f"the last good checkpoint, {good.name}, is kept ({LATEST} is unchanged)" if good else "none was before"
+        raise DiskFullError(f"checkpoint {step_dir.name} was not written: {exc}; {kept}. Free some space, then resume "
+                            "(training.resume=auto)") from exc
 
 
 def remove_unfinished(root: Path) -> list[tuple[str, int]]:

@@ -24,11 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
+from pettingllms.core.part_clock import PartClock
 from pettingllms.runtime.spec import WorkerSpec
 
 log = logging.getLogger("pettingllms.runtime")
@@ -217,13 +217,13 @@ class PolicyWorker:
         if self.learner is None:
             return {}
         self.sync.release_for_update()
-        started = time.perf_counter()
-        metrics = dict(self.learner.update(samples, advantages))
-        metrics["timing/update_s"] = time.perf_counter() - started
+        clock = PartClock()
+        with clock.part("update"):
+            metrics = dict(self.learner.update(samples, advantages))
         metrics.update(device_memory("after_update"))
-        started = time.perf_counter()
-        self._push_weights(trained_only=True)
-        metrics["timing/sync_s"] = time.perf_counter() - started
+        with clock.part("sync"):
+            self._push_weights(trained_only=True)
+        metrics.update({f"timing/{part}_s": seconds for part, seconds in clock.totals().items()})
         metrics.update(self.sync.memory)  # after the cache release, the weights' sync and the KV cache's wake
         return metrics
 

@@ -1,4 +1,5 @@
-"""PNG curves of a run from its summary.log: reward, success rate, episode length, response length and KL.
+"""PNG curves of a run from its summary.log: reward, success rate, episode length, response length, KL, and each
+step's seconds stacked by part (``timing/*``: generation, env, update, sync, checkpoint, validation, other).
 
 Training metrics are lines per step; validation metrics (``val/<benchmark>/...``, including the step-0 validation
 before training) are points on the same panels. Per-agent panels draw one line per ``<policy>/<agent>``.
@@ -14,6 +15,7 @@ from typing import Iterable
 
 from pettingllms.core import DataError
 from pettingllms.trainer.run_dir import read_json_lines
+from pettingllms.trainer.step_timing import BREAKDOWN_KEYS
 
 _NAME = r"[^/]+"
 _NOT_AGENT = r"(?!(?:val|episode|timing|data)/)"  # top-level namespaces that are not policies
@@ -35,6 +37,7 @@ class Panel:
     ylabel: str
     train: str  # regex over summary keys: drawn as lines
     validation: str | None = None  # regex over summary keys: drawn as points
+    stacked: bool = False  # the training keys are stacked bars per step in ``STACK_ORDER``, not lines
 
 
 REWARD = Panel("reward per policy/agent", "mean reward", *_per_agent("reward_mean"))
@@ -43,7 +46,11 @@ EPISODE_LENGTH = Panel("episode length", "turns", *_team("turns_mean"))
 RESPONSE_LENGTH = Panel("response length per policy/agent", "tokens", *_per_agent("response_length_mean"))
 # kl: to the reference model (0 without one); ppo_kl: between the updated weights and those that sampled the step.
 KL = Panel("KL per policy", "KL", rf"^{_NOT_AGENT}{_NAME}/actor/(?:kl|ppo_kl)$")
-PANELS = (REWARD, SUCCESS, EPISODE_LENGTH, RESPONSE_LENGTH, KL)
+# The parts of a step add up to timing/step_s, so their stack is the step's height.
+STACK_ORDER = BREAKDOWN_KEYS
+STEP_TIME = Panel("step time by part", "seconds", "^(?:" + "|".join(re.escape(k) for k in STACK_ORDER) + ")$",
+                  stacked=True)
+PANELS = (REWARD, SUCCESS, EPISODE_LENGTH, RESPONSE_LENGTH, KL, STEP_TIME)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -96,13 +103,28 @@ def collect_series(rows: Iterable[dict]) -> dict[str, tuple[list[int], list[floa
 
 
 def panel_keys(keys: Iterable[str]) -> dict[str, tuple[list[str], list[str]]]:
-    """Panel title -> (training keys, validation keys) among ``keys``, sorted."""
+    """Panel title -> (training keys, validation keys) among ``keys``, sorted (a stacked panel's in
+    ``STACK_ORDER``)."""
     keys = sorted(keys)
-    return {
-        p.title: ([k for k in keys if re.match(p.train, k)],
-                  [k for k in keys if p.validation and re.match(p.validation, k)])
-        for p in PANELS
-    }
+    chosen = {}
+    for p in PANELS:
+        train = [k for k in keys if re.match(p.train, k)]
+        if p.stacked:
+            train.sort(key=STACK_ORDER.index)
+        chosen[p.title] = (train, [k for k in keys if p.validation and re.match(p.validation, k)])
+    return chosen
+
+
+def stack_rows(series: dict[str, tuple[list[int], list[float]]],
+               keys: list[str]) -> tuple[list[int], list[list[float]]]:
+    """The steps any of ``keys`` has, and each key's values on them (0 where a step lacks it; a negative value,
+    ``other_s`` when two parts overlapped, drawn as 0)."""
+    steps = sorted({s for k in keys for s in series[k][0]})
+    values = []
+    for key in keys:
+        at = dict(zip(*series[key]))
+        values.append([max(at.get(s, 0.0), 0.0) for s in steps])
+    return steps, values
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> PlotResult:
@@ -128,7 +150,13 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> PlotResult:
             identities = sorted({_identity(k) for k in train + validation})
             color = {i: colors[n % len(colors)] for n, i in enumerate(identities)}
             benchmarks = sorted({k.split("/")[1] for k in validation})
-            for key in train:
+            if panel.stacked and train:
+                steps, values = stack_rows(series, train)
+                bottom = [0.0] * len(steps)
+                for key, heights in zip(train, values):  # one bar per step, its parts stacked
+                    ax.bar(steps, heights, bottom=bottom, width=0.8, color=color[_identity(key)], label=key)
+                    bottom = [b + h for b, h in zip(bottom, heights)]
+            for key in [] if panel.stacked else train:
                 ax.plot(*series[key], "-", color=color[_identity(key)], label=key, linewidth=1.2)
             for key in validation:
                 marker = MARKERS[benchmarks.index(key.split("/")[1]) % len(MARKERS)]
@@ -138,7 +166,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> PlotResult:
             ax.set_title(panel.title)
             ax.set_ylabel(panel.ylabel)
             ax.grid(alpha=0.3)
-            if ax.lines:
+            if ax.lines or ax.containers:
                 ax.legend(fontsize=7, loc="best")
             else:
                 ax.text(0.5, 0.5, "no data in summary.log", ha="center", va="center", transform=ax.transAxes)

@@ -9,8 +9,9 @@ from typing import Mapping
 from tqdm import tqdm
 
 from pettingllms.trainer.run_dir import STEP_LOGGER
+from pettingllms.trainer.step_timing import step_line
 
-HEADLINE = ("episode/success_rate", "episode/team_reward_mean", "timing/step_s")
+HEADLINE = ("episode/success_rate", "episode/team_reward_mean")
 NONFINITE = "nonfinite_rewards"  # dropped NaN/inf rewards (reward.non_finite=drop): shown whenever there are any
 
 
@@ -27,6 +28,9 @@ class StepProgress:
         reward = sum(rewards) / len(rewards) if rewards else float("nan")
         parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
         parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
+        timing = step_line(metrics)  # the step's seconds and where they went
+        if timing is not None:
+            parts.append(timing)
         if metrics.get(f"episode/{NONFINITE}"):
             parts.append(f"{NONFINITE} {metrics[f'episode/{NONFINITE}']:.0f}")
         val = [f"{k} {v:.3f}" for k, v in metrics.items() if k.startswith("val/") and k.endswith("success_rate")]

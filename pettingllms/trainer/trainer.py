@@ -26,6 +26,7 @@ from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
 from pettingllms.core import ConfigError, Sample
+from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
 from pettingllms.rollout.executor import Executor
 from pettingllms.runtime import checkpoints as ckpt
@@ -33,6 +34,7 @@ from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer.cursor import DataCursor
 from pettingllms.trainer.metrics import episode_metrics, prefixed, sample_metrics
 from pettingllms.trainer.progress import StepProgress
+from pettingllms.trainer.step_timing import breakdown, measured_parts, slowest_update
 from pettingllms.trainer.run_dir import (
     RECORD_LOGGER,
     attach_file_logger,
@@ -141,16 +143,29 @@ class Trainer:
             with StepProgress(cfg.total_training_steps, self.step_done) as progress:
                 for step in range(self.step_done + 1, stop_at + 1):
                     doing = f"step {step}"
+                    started = time.perf_counter()
                     result = self.step(step)
+                    clock = PartClock()  # the step's parts outside Trainer.step: validation and the checkpoint
                     if cfg.val_freq > 0 and (step % cfg.val_freq == 0 or step == cfg.total_training_steps):
-                        result.metrics.update(self.validate(step))
+                        with clock.part("validation"):
+                            result.metrics.update(self.validate(step))
+                    written = None
+                    if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or step == stop_at:
+                        doing = f"the checkpoint of step {step}"
+                        with clock.part("checkpoint"):
+                            written = self._write_checkpoint(step)
+                    result.metrics.update(breakdown({**measured_parts(result.metrics), **clock.totals()},
+                                                    time.perf_counter() - started))
+                    # The step's row goes out before its checkpoint becomes the one a resume starts from, so a run
+                    # stopped in between resumes from the previous checkpoint and logs this step again.
+                    doing = f"step {step}"
                     self._log(step, result.metrics)
                     progress.advance(step, result.metrics)
                     results.append(result)
                     self.step_done = step
-                    if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or step == stop_at:
+                    if written is not None:
                         doing = f"the checkpoint of step {step}"
-                        self.save_checkpoint(step)
+                        self._publish_checkpoint(written)
                         ckpt.prune_checkpoints(self.run_dir / "checkpoints", cfg.max_ckpt_to_keep)
             doing = "the end of training (export, plots)"
             if self.step_done == cfg.total_training_steps:
@@ -193,10 +208,9 @@ class Trainer:
         metrics.update(episode_metrics(rollout.episodes))
         metrics.update(prefixed("timing", rollout.timings))
         metrics["rollout/generated_tokens"] = float(sum(len(s.response_ids) for s in rollout.samples))
-        metrics["timing/update_s"] = max((u.get("timing/update_s", 0.0) for u in updates.values()), default=0.0)
-        metrics["timing/sync_s"] = max((u.get("timing/sync_s", 0.0) for u in updates.values()), default=0.0)
-        metrics["timing/step_s"] = time.perf_counter() - start
         metrics["data/epoch"] = float(self.cursor.epoch)
+        parts = {"generate": rollout.timings["generate_s"], "env": rollout.timings["env_s"], **slowest_update(updates)}
+        metrics.update(breakdown(parts, time.perf_counter() - start))  # fit adds validation and the checkpoint
         return StepResult(step, metrics)
 
     def validate(self, step: int) -> dict[str, float]:
@@ -212,13 +226,21 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- state
     def save_checkpoint(self, step: int) -> Path:
+        path = self._write_checkpoint(step)
+        self._publish_checkpoint(path)
+        return path
+
+    def _write_checkpoint(self, step: int) -> Path:
+        """The step's checkpoint directory, complete; a resume starts from it once ``_publish_checkpoint`` ran."""
         state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash(),
                  "config": to_dict(self.cfg)}  # a resume names the keys it changed
-        path = ckpt.save_checkpoint(self.run_dir / "checkpoints", step, state,
-                                    lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
-                                    private=not self.cfg.training.share_run_dir)
+        return ckpt.write_checkpoint(self.run_dir / "checkpoints", step, state,
+                                     lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
+                                     private=not self.cfg.training.share_run_dir)
+
+    def _publish_checkpoint(self, path: Path) -> None:
+        ckpt.publish_checkpoint(path, private=not self.cfg.training.share_run_dir)
         log.info("checkpoint written: %s", path)
-        return path
 
     def _resume(self, checkpoint: Path) -> None:
         ckpt.check_checkpoint(checkpoint)

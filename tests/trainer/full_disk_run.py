@@ -3,7 +3,8 @@
 ``RESULT <json>``, with what each start did:
 
 - ``first``: one step and its checkpoint;
-- ``mid_step``: the disk filled completely: step 2's line of summary.log runs out of space;
+- ``mid_step``: the disk filled completely: step 2's first write, its checkpoint (the step's line of summary.log
+  comes after it, with the checkpoint's seconds), runs out of space;
 - ``mid_checkpoint``: the disk filled to 8 MB free: step 2 runs, its checkpoint (about 40 MB) runs out of space;
 - ``after``: the filler removed: the run resumes and finishes (steps 2 and 3).
 """

@@ -123,9 +123,10 @@ def test_a_full_disk_mid_step_and_mid_checkpoint_says_no_space_left_and_the_run_
     result = json.loads(lines[-1].removeprefix("RESULT "))
 
     assert result["first"]["error"] is None and result["first"]["latest"] == "step_000001"
-    mid_step = result["mid_step"]
-    assert mid_step["error"].startswith("DiskFullError: no space left on device while writing ")
-    assert "summary.log (" in mid_step["error"] and " bytes free there)" in mid_step["error"]
+    mid_step = result["mid_step"]  # the step's first write is its checkpoint: its row is logged after it
+    assert mid_step["error"].startswith("DiskFullError: checkpoint step_000002 was not written: no space left on "
+                                        "device while writing ")
+    assert " bytes free there)" in mid_step["error"] and "step_000001, is kept" in mid_step["error"]
     assert mid_step["summary"].endswith("\n") and [json.loads(r)["step"] for r in mid_step["summary"].splitlines()] == [1]
     assert mid_step["checkpoints"] == ["latest", "step_000001"]
 

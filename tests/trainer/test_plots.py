@@ -58,7 +58,7 @@ def test_plot_draws_every_panel_per_policy_and_agent(tmp_path):
     width, height = png_size(result.path)
     assert width > 300 and height > 300
     assert list(result.panels) == [p.title for p in PANELS]
-    reward, success, turns, length, kl = (result.panels[p.title] for p in PANELS)
+    reward, success, turns, length, kl, step_time = (result.panels[p.title] for p in PANELS)
     assert reward == ["policy_0/alice/reward_mean", "policy_1/bob/reward_mean",
                       "val/procedural/policy_0/alice/reward_mean", "val/procedural/policy_1/bob/reward_mean"]
     assert success == ["episode/success_rate", "val/procedural/success_rate"]
@@ -67,6 +67,7 @@ def test_plot_draws_every_panel_per_policy_and_agent(tmp_path):
                       "val/procedural/policy_0/alice/response_length_mean",
                       "val/procedural/policy_1/bob/response_length_mean"]
     assert kl == ["policy_0/actor/kl", "policy_0/actor/ppo_kl", "policy_1/actor/kl", "policy_1/actor/ppo_kl"]
+    assert step_time == []  # this run logged timing/step_s but none of its parts
 
 
 def test_plot_to_another_file_and_a_killed_runs_last_line(tmp_path):
