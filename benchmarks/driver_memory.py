@@ -91,7 +91,9 @@ def overrides(steps: int, use_ray: bool, workdir: Path, quick: bool) -> list[str
         "specialization=L1", "rollout.branching=4", f"training.train_batch_size={2 if quick else 4}",
         "training.max_response_length=8", "+agents.alice.train_sampling.max_tokens=8",
         "+agents.bob.train_sampling.max_tokens=8", f"training.total_training_steps={steps}",
-        f"training.val_freq={max(1, steps // 5)}", "training.val_before_train=false", "env.max_val_problems=8",
+        # --quick validates once, at the end: every 8//5 = 1 step it spent most of its time validating.
+        f"training.val_freq={steps if quick else max(1, steps // 5)}", "training.val_before_train=false",
+        "env.max_val_problems=8",
         "training.export_hf=false", "training.plot=false", "training.resume=none", f"training.log_dir={workdir}",
         "training.logger=[]", "optim.lr=1e-4", f"resources.use_ray={str(use_ray).lower()}", "resources.num_cpus=2",
     ]
@@ -103,14 +105,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--in-process", action="store_true",
                         help="policy worker inside the driver (resources.use_ray=false): RSS includes the model")
-    parser.add_argument("--quick", action="store_true", help="8 steps, smaller batches (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="6 steps, smaller batches, one validation (smoke test)")
     parser.add_argument("--malloc-trim", action="store_true",
                         help="diagnostic: return freed heap to the OS (glibc malloc_trim) before each reading, to "
                              "tell memory the allocator keeps from memory that is still referenced")
     parser.add_argument("--out-dir")
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps = 8
+        args.steps = BASELINE_STEP + 1
     if args.steps <= BASELINE_STEP:
         parser.error(f"--steps must be more than {BASELINE_STEP} (growth is reported from step {BASELINE_STEP})")
     from pettingllms.config.load import compose, to_schema

@@ -6,8 +6,9 @@ completions' worth of work; runs are paired (engine, generate, engine, generate,
 ``--repeats`` is reported. Tokens counted = response tokens up to and including the first eos.
 
     .venv/bin/python benchmarks/engine_throughput.py [--repeats 3] [--threads 2]
+    .venv/bin/python benchmarks/engine_throughput.py --quick    # tiny random model, 8 tokens, 1 repeat (smoke test)
 
-Writes benchmarks/results/engine_throughput.json.
+Writes benchmarks/results/engine_throughput.json (or ``--out-dir``; ``--quick``: a temp folder).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -30,6 +33,9 @@ from pettingllms.core.types import GenerationRequest, SamplingParams  # noqa: E4
 from pettingllms.models import HFChatCodec, load_model, resolve_model  # noqa: E402
 from pettingllms.rollout.hf_engine import HFEngine, left_pad  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import out_dir  # noqa: E402
+
 QUESTIONS = [
     "What is 17 + 25? Think step by step, then give the answer.",
     "A box holds 6 rows of 7 apples. How many apples are in the box?",
@@ -38,35 +44,40 @@ QUESTIONS = [
 ]
 SAMPLES_PER_PROMPT = 8
 MAX_NEW_TOKENS = 64
-RESULTS = Path(__file__).resolve().parent / "results" / "engine_throughput.json"
+MODEL = "smollm2-135m-instruct"
+QUICK_MODEL, QUICK_MAX_NEW_TOKENS = "tiny-random-smollm2", 8
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    model_dir = resolve_model("smollm2-135m-instruct")
+    model_name, max_new_tokens = (QUICK_MODEL, QUICK_MAX_NEW_TOKENS) if args.quick else (MODEL, MAX_NEW_TOKENS)
+    model_dir = resolve_model(model_name)
     codec = HFChatCodec.from_pretrained(model_dir)
     prompts = [codec.encode_chat([{"role": "user", "content": q}]) for q in QUESTIONS]
-    report = {"machine": machine_info(args.threads), "workload": workload(prompts), "results": {}}
+    report = {"quick": args.quick, "machine": machine_info(args.threads),
+              "workload": workload(prompts, model_name, max_new_tokens), "results": {}}
     for dtype in ("float32", "bfloat16"):
         model = load_model(model_dir, dtype=dtype)
-        report["results"][dtype] = compare(model, codec, prompts, args.repeats)
+        report["results"][dtype] = compare(model, codec, prompts, args.repeats, max_new_tokens)
         print(json.dumps({dtype: report["results"][dtype]["summary"]}, indent=2))
         del model
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    path = out_dir(args.out_dir, args.quick) / "engine_throughput.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")
+    return report
 
 
-def compare(model, codec, prompts, repeats: int) -> dict:
+def compare(model, codec, prompts, repeats: int, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
     engine = HFEngine(model, codec, seed=0)
-    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=MAX_NEW_TOKENS)
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_tokens=max_new_tokens)
     requests = [GenerationRequest(f"p{i}", tuple(p), SAMPLES_PER_PROMPT, sampling) for i, p in enumerate(prompts)]
     warm_up(engine, model, codec, prompts)
     runs = {"engine": [], "generate": []}
     for repeat in range(repeats):
         runs["engine"].append(time_engine(engine, requests))
-        runs["generate"].append(time_generate(model, codec, prompts, seed=repeat))
+        runs["generate"].append(time_generate(model, codec, prompts, seed=repeat, max_new_tokens=max_new_tokens))
     summary = {}
     for name, measured in runs.items():
         seconds = statistics.median(r["seconds"] for r in measured)
@@ -127,13 +138,13 @@ def response_length(ids: list[int], eos_ids) -> int:
     return len(ids)
 
 
-def workload(prompts) -> dict:
+def workload(prompts, model_name: str = MODEL, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
     return {
-        "model": "smollm2-135m-instruct (packaged GGUF Q4_1, dequantized)",
+        "model": f"{MODEL} (packaged GGUF Q4_1, dequantized)" if model_name == MODEL else model_name,
         "prompts": len(prompts),
         "prompt_tokens": [len(p) for p in prompts],
         "samples_per_prompt": SAMPLES_PER_PROMPT,
-        "max_new_tokens": MAX_NEW_TOKENS,
+        "max_new_tokens": max_new_tokens,
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0},
     }
 
@@ -164,11 +175,16 @@ def machine_info(threads: int) -> dict:
     }
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    return parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="tiny random model, 8 new tokens, 1 repeat (smoke test)")
+    parser.add_argument("--out-dir", help="where to write the JSON (default benchmarks/results)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = 1
+    return args
 
 
 if __name__ == "__main__":

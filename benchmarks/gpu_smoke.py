@@ -3,6 +3,10 @@
     pip install -e '.[gpu]'                      # on a CUDA machine: vLLM
     python benchmarks/gpu_smoke.py               # learner + generation + L1 + L3 on a full-size Qwen3-1.7B replica
     python benchmarks/gpu_smoke.py --parts L1 --steps 2 --model /models/Qwen3-1.7B
+    python benchmarks/gpu_smoke.py --quick       # no GPU needed: L1 on CPU, tiny random model (smoke test)
+
+``--quick`` checks the script, not the figures: the L1 part only (generation needs vLLM), 2 steps of 2 problems x
+2 branches on the tiny random model, on whatever the machine has (the CPU here), with a small offline math set.
 
 The model: by default a full-size random-weight replica of the scripts' own Qwen/Qwen3-1.7B, written locally from
 its recorded facts (``pettingllms/models/replicas.py``: same config, tied head stored in its second shard, tensor
@@ -69,6 +73,8 @@ class GpuMemoryPeak:
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
     def _poll(self) -> None:
+        if shutil.which("nvidia-smi") is None:  # --quick on a machine without a GPU: nothing to read
+            return
         while not self._stop.is_set():
             out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, check=False).stdout
@@ -157,14 +163,21 @@ def budget_overrides(args: argparse.Namespace, log_dir: Path) -> list[str]:
     ]
 
 
-def prepare_math_data() -> None:
-    """The offline math sets (reasoning-gym), written under data/math by the loader users run."""
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "dataprocess" / "load_math.py")], cwd=ROOT, check=True)
+def prepare_math_data(data_root: Path | None = None) -> list[str]:
+    """The offline math sets (reasoning-gym), written under data/math by the loader users run; with ``data_root``
+    (--quick) a small gsm_symbolic set there instead. Returns the overrides that select it."""
+    loader = [sys.executable, str(ROOT / "scripts" / "dataprocess" / "load_math.py")]
+    if data_root is None:
+        subprocess.run(loader, cwd=ROOT, check=True)
+        return []
+    subprocess.run([*loader, "--sources", "gsm_symbolic", "--train-size", "8", "--test-size", "4",
+                    "--data-root", str(data_root)], cwd=ROOT, check=True)
+    return [f"env.data_root={data_root}"]
 
 
 def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
     script = ROOT / LEVEL_SCRIPTS[level]
-    overrides = budget_overrides(args, log_dir)
+    overrides = budget_overrides(args, log_dir) + args.data_overrides
     env = {**os.environ, "PYTHON": sys.executable}
     start = time.perf_counter()
     subprocess.run(["bash", str(script), *overrides], cwd=ROOT, env=env, check=True)
@@ -239,19 +252,25 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--branching", type=int, default=4, help="K: branches per node")
     parser.add_argument("--max-tokens", type=int, default=64, help="max new tokens per response")
     parser.add_argument("--repeats", type=int, default=3, help="generation part: paired repeats")
+    parser.add_argument("--quick", action="store_true", help="no GPU needed: L1 on the tiny random model (smoke test)")
     parser.add_argument("--out-dir")
     args = parser.parse_args(argv)
-    device = require_gpu()
+    if args.quick:
+        args.parts, args.model, args.steps, args.problems, args.branching, args.max_tokens = (
+            ["L1"], "tiny-random-smollm2", 2, 2, 2, 8)
+    device = {"gpu": None} if args.quick else require_gpu()
     args.model = resolve_model_arg(args.model, Path(args.replica_cache))
     load_before = load_average()
     report: dict = {"device": device}
     if "learner" in args.parts:
         report["learner"] = learner(args)
-    if any(part in VLLM_PARTS for part in args.parts) and importlib.util.find_spec("vllm") is None:
+    if not args.quick and any(p in VLLM_PARTS for p in args.parts) and importlib.util.find_spec("vllm") is None:
         sys.exit("gpu_smoke's generation, L1 and L3 parts need vLLM: pip install -e '.[gpu]'"
                  + (" (the learner part ran: gpu_learner.json)" if "learner" in report else ""))
+    quick_data = tempfile.TemporaryDirectory(prefix="gpu_smoke_data_") if args.quick else None
+    args.data_overrides = []
     if any(part in LEVEL_SCRIPTS for part in args.parts):
-        prepare_math_data()
+        args.data_overrides = prepare_math_data(Path(quick_data.name) if quick_data else None)
     for part in [p for p in args.parts if p in VLLM_PARTS]:
         with GpuMemoryPeak() as memory:
             if part == "generation":
@@ -265,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     notes = [f"{part}: median update {report[part]['medians']['update_s']:.2f} s, weight sync "
              f"{report[part]['medians']['sync_s']:.3f} s, peak GPU memory {report[part]['peak_gpu_memory_mib']:.0f} MiB"
              for part in ("L1", "L3") if part in report]
-    path = write_result(NAME, argv, quick=False, directory=out_dir(args.out_dir, False),
+    if quick_data:
+        quick_data.cleanup()
+    path = write_result(NAME, argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick),
                         config={"model": args.model, "steps": args.steps, "parts": args.parts},
                         samples=report.get("generation", {}).get("samples", []),
                         medians=report.get("generation", {}).get("medians", {}), measured=ratio, target=TARGET,

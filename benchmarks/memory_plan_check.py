@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from _report import load_average, out_dir, write_result  # noqa: E402
+from _report import learner_config, load_average, out_dir, write_result  # noqa: E402
 from pettingllms.assembly import memory  # noqa: E402
 
 TARGET = 0.25  # the issue asks for agreement within +-25%
@@ -88,7 +88,7 @@ def load(case: Case):
 
 
 def learner_for(case: Case, model, tokens: int):
-    from pettingllms.learner import LearnerConfig, PolicyLearner
+    from pettingllms.learner import PolicyLearner
     from pettingllms.models import LoraSpec, attach_adapters
 
     adapters = ()
@@ -96,8 +96,8 @@ def learner_for(case: Case, model, tokens: int):
         adapters = ("shared",)
         torch.manual_seed(1)
         model = attach_adapters(model, adapters, LoraSpec(rank=LORA_RANK, alpha=2 * LORA_RANK))
-    config = LearnerConfig(total_steps=10, lr=1e-6, micro_batch_max_tokens=tokens, dtype=case.dtype,
-                           gradient_checkpointing=case.checkpointing, max_rollout_kl=0.0)
+    config = learner_config(total_steps=10, lr=1e-6, micro_batch_max_tokens=tokens, dtype=case.dtype,
+                            gradient_checkpointing=case.checkpointing, max_rollout_kl=0.0)
     return PolicyLearner(model, config, adapter_names=adapters)
 
 

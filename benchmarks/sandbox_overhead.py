@@ -1,8 +1,9 @@
 """Per-run overhead of the sandbox layers against a bare subprocess, on a trivial program.
 
     python benchmarks/sandbox_overhead.py [--runs N]
+    python benchmarks/sandbox_overhead.py --quick     # 3 runs per layer, into a temp folder (smoke test)
 
-Writes benchmarks/results/sandbox_overhead.json. The bare baseline runs the same interpreter with the same
+Writes benchmarks/results/sandbox_overhead.json (or ``--out``). The bare baseline runs the same interpreter with the same
 flags (``python -s main.py`` in a temp dir) as the layer it is compared with, so the difference is the
 sandbox's own cost: bwrap or namespaces, the launcher, rlimits, private uid, work dir, output capture.
 """
@@ -17,8 +18,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _report import out_dir  # noqa: E402
 
 from pettingllms.core.errors import InfrastructureError  # noqa: E402
 from pettingllms.sandbox import FALLBACK, STRONG, Sandbox  # noqa: E402
@@ -59,11 +64,15 @@ def bare_run(python: str) -> None:
         subprocess.run([python, "-s", main], cwd=work, stdin=subprocess.DEVNULL, capture_output=True, check=True)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--out", default=OUT)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="3 runs per layer, written to a temp folder (smoke test)")
+    parser.add_argument("--out", help=f"the JSON to write (default {OUT})")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = 3
+    args.out = args.out or str(out_dir(None, args.quick) / "sandbox_overhead.json")
 
     load_at_start = round(os.getloadavg()[0], 2)
     layers = {}
@@ -94,13 +103,14 @@ def main() -> None:
         print(f"{layer:8s} {python}: bare median {bare['median_ms']} ms p90 {bare['p90_ms']} ms | "
               f"sandboxed median {boxed['median_ms']} ms p90 {boxed['p90_ms']} ms | "
               f"overhead median {layers[layer]['overhead_median_ms']} ms")
-    report = {"benchmark": "sandbox_overhead", "program": PROGRAM.strip(), "load_average_1m_at_start": load_at_start,
+    report = {"benchmark": "sandbox_overhead", "quick": args.quick, "program": PROGRAM.strip(), "load_average_1m_at_start": load_at_start,
               "machine": machine_info(), "layers": layers}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
     print(f"wrote {args.out}")
+    return report
 
 
 if __name__ == "__main__":

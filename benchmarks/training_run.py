@@ -6,6 +6,8 @@ Used for the quickstart figures and the slow-lane learning benchmark:
     python benchmarks/training_run.py --name quickstart --out benchmarks/results/learning_smollm2.json \\
         training.total_training_steps=30 training.val_freq=10 training.experiment_name=learning_smollm2
 
+    python benchmarks/training_run.py --quick      # tiny random model, 2 short steps (smoke test)
+
 Records wall time, the reward and success curves per step, validation success before and after training,
 and step timings. ``--wall-seconds`` and ``--run-dir`` summarise a run made elsewhere (e.g. ``make quickstart``
 timed from a fresh clone, install included) instead of training here.
@@ -23,6 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
+from _report import out_dir  # noqa: E402
+
+# --quick checks the script (train, find the run, summarise it), not the figures: the config's own task on the tiny
+# random model, two steps with validation before and after, in-process (no Ray to start), nothing exported.
+QUICK_OVERRIDES = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=2",
+                   "training.train_batch_size=2", "rollout.branching=2", "env.max_val_problems=4",
+                   "training.val_freq=2", "training.val_before_train=true", "training.export_hf=false",
+                   "training.plot=false", "resources.use_ray=false"]
 
 
 def summarize(run_dir: Path) -> dict:
@@ -74,15 +84,22 @@ def epoch_means(curve: dict[str, list], epoch_steps: int | None) -> dict[str, li
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", default="quickstart", help="config name in pettingllms/configs/")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="the JSON to write (required unless --quick, which defaults to a temp folder)")
+    parser.add_argument("--quick", action="store_true", help="tiny random model, 2 short steps (smoke test)")
     parser.add_argument("--run-dir", help="summarise this finished run instead of training")
     parser.add_argument("--wall-seconds", type=float, help="wall time measured outside (with --run-dir)")
     parser.add_argument("--command", help="the exact command that produced --run-dir")
     parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.out = args.out or str(out_dir(None, True) / "training_run.json")
+        log_dir = Path(args.out).resolve().parent / "training_run_logs"
+        args.overrides = [*QUICK_OVERRIDES, f"training.log_dir={log_dir}", *args.overrides]
+    elif not args.out:
+        parser.error("--out is required (the JSON to write)")
     if args.run_dir:
         run_dir, wall, command = Path(args.run_dir), args.wall_seconds, args.command
     else:
@@ -92,7 +109,7 @@ def main() -> int:
         wall = time.perf_counter() - start
         run_dir = Path(output.strip().splitlines()[-1].split("run directory:", 1)[1].strip())
         command = " ".join(["python -m pettingllms.cli train --config-name", args.name, *args.overrides])
-    result = {"command": command, "wall_seconds": wall, "machine": machine_info(), **summarize(run_dir)}
+    result = {"command": command, "quick": args.quick, "wall_seconds": wall, "machine": machine_info(), **summarize(run_dir)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: result[k] for k in ("wall_seconds", "reward_first_step", "reward_last_step",

@@ -5,8 +5,9 @@ node has a ~100-token chat prompt (the arith_duo one-shot prompt) and responses 
 (packed, unpacked, packed, ...) and medians of ``--repeats`` are reported, with the tokens each forward processed.
 
     .venv/bin/python benchmarks/update_packing.py [--nodes 8] [--repeats 3] [--threads 2]
+    .venv/bin/python benchmarks/update_packing.py --quick    # tiny random model, 2 nodes, 1 repeat (smoke test)
 
-Writes benchmarks/results/update_packing.json.
+Writes benchmarks/results/update_packing.json (or ``--out-dir``; ``--quick``: a temp folder).
 """
 
 from __future__ import annotations
@@ -16,21 +17,24 @@ import json
 import os
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
 from _machine import machine_info  # noqa: E402
+from _report import learner_config, out_dir  # noqa: E402
 from pettingllms.core.types import Sample  # noqa: E402
-from pettingllms.learner import LearnerConfig, PolicyLearner  # noqa: E402
+from pettingllms.learner import PolicyLearner  # noqa: E402
 from pettingllms.learner.batching import pack_by_prompt, packed_length  # noqa: E402
 from pettingllms.models import HFChatCodec, LoraSpec, attach_adapters, load_model, resolve_model  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "update_packing.json"
 K = 4
+MODEL, QUICK_MODEL = "smollm2-135m-instruct", "tiny-random-smollm2"
 
 
 def tree_samples(codec, nodes: int, seed: int = 0) -> list[Sample]:
@@ -55,7 +59,9 @@ def tree_samples(codec, nodes: int, seed: int = 0) -> list[Sample]:
 
 def time_update(model, samples, advantages, pack: bool, lora: bool) -> float:
     adapters = ("shared",) if lora else ()
-    config = LearnerConfig(total_steps=100, lr=1e-6, pack_shared_prompts=pack, micro_batch_max_tokens=8192)
+    # The samples' logprobs are made up (no engine sampled them): the rollout check would refuse them, so it is off.
+    config = learner_config(total_steps=100, lr=1e-6, pack_shared_prompts=pack, micro_batch_max_tokens=8192,
+                            max_rollout_kl=0.0)
     learner = PolicyLearner(model, config, adapter_names=adapters)
     if lora:
         samples = [Sample(**{**s.__dict__, "adapter": "shared"}) for s in samples]
@@ -64,15 +70,21 @@ def time_update(model, samples, advantages, pack: bool, lora: bool) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="tiny random model, 2 nodes, 1 repeat (smoke test)")
+    parser.add_argument("--out-dir", help="where to write the JSON (default benchmarks/results)")
+    args = parser.parse_args(argv)
+    model_name = QUICK_MODEL if args.quick else MODEL
+    if args.quick:
+        args.nodes, args.repeats = 2, 1
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
-    model_dir = resolve_model("smollm2-135m-instruct")
+    model_dir = resolve_model(model_name)
     codec = HFChatCodec.from_pretrained(model_dir)
     samples = tree_samples(codec, args.nodes)
     advantages = [1.0 if s.branch % 2 else -1.0 for s in samples]
@@ -99,18 +111,21 @@ def main() -> None:
         del model
     report = {
         "command": f"python benchmarks/update_packing.py --nodes {args.nodes} --repeats {args.repeats} "
-                   f"--threads {args.threads}",
+                   f"--threads {args.threads}" + (" --quick" if args.quick else ""),
+        "quick": args.quick,
         "machine": {**machine_info(), "torch_threads": args.threads, "load_average_at_start": load_start,
                     "load_average_at_end": os.getloadavg()[0]},
-        "workload": {"model": "smollm2-135m-instruct", "nodes": args.nodes, "branches": K,
+        "workload": {"model": model_name, "nodes": args.nodes, "branches": K,
                      "samples": len(samples), "prompt_tokens": len(samples[0].prompt_ids),
                      "response_tokens": sum(len(s.response_ids) for s in samples),
                      "forward_tokens_unpacked": unpacked_tokens, "forward_tokens_packed": packed_tokens},
         "results": results,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    path = out_dir(args.out_dir, args.quick) / "update_packing.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {path}")
+    return report
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""Slow lane: each issue-#7 benchmark script runs end to end with ``--quick`` and writes a complete JSON.
+"""Benchmark lane: each benchmark script runs end to end with ``--quick`` and writes a complete JSON.
 
 Quick runs use the tiny random model and tiny sizes, so their figures mean nothing; what is checked is that
 the script really runs its measurement and reports it in the agreed shape, with a verdict that matches the
-numbers. Run with ``pytest -m slow tests/benchmarks/test_bench_smoke.py``.
+numbers. Run with ``make test-bench`` (``pytest -m bench tests/benchmarks``); CI runs it after the default lane.
+tests/benchmarks/test_bench_lane.py fails when a script in benchmarks/ has no such test here.
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ BENCHMARKS = ROOT / "benchmarks"
 COMPARE = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 
-def run_quick(name: str, out: Path) -> dict:
-    """Import benchmarks/<name>.py, call its main with --quick into ``out``, return the JSON it wrote."""
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (its folder on the path, for its ``_report`` and sibling imports)."""
     sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    module.main(["--quick", "--out-dir", str(out)])
+    return module
+
+
+def run_quick(name: str, out: Path) -> dict:
+    """Call benchmarks/<name>.py's main with --quick into ``out``, return the JSON it wrote (``_report``'s shape)."""
+    load_benchmark(name).main(["--quick", "--out-dir", str(out)])
     report = json.loads((out / f"{name}.json").read_text())
     check_common_fields(report, name)
     return report
@@ -51,7 +57,7 @@ def check_common_fields(report: dict, name: str) -> None:
     assert report["samples"] and report["medians"] and report["config"]
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_rollout_efficiency_quick(tmp_path):
     report = run_quick("rollout_efficiency", tmp_path)
     for sample in report["samples"]:
@@ -61,7 +67,7 @@ def test_rollout_efficiency_quick(tmp_path):
         assert sample["ratio"] == pytest.approx(sample["bare_s"] / sample["executor_s"])
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_naive_loop_quick(tmp_path):
     report = run_quick("naive_loop", tmp_path)
     for sample in report["samples"]:
@@ -70,7 +76,7 @@ def test_naive_loop_quick(tmp_path):
         assert naive["calls"] > executor["calls"]  # one call per candidate vs one per flush
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_scaling_quick(tmp_path):
     report = run_quick("scaling", tmp_path)
     fits = report["medians"]["fits"]
@@ -81,7 +87,7 @@ def test_scaling_quick(tmp_path):
     assert all(s["generated_tokens"] > 0 and s["step_s"] > 0 for s in steps)
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_driver_memory_quick(tmp_path):
     report = run_quick("driver_memory", tmp_path)
     samples = report["samples"]
@@ -90,7 +96,7 @@ def test_driver_memory_quick(tmp_path):
     assert "growth_from_step_1" in report["medians"] and "growth_from_step_5" in report["medians"]
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_trl_compare_quick(tmp_path):
     if not (ROOT / ".venv-trl" / "bin" / "python").is_file():
         pytest.skip("TRL venv missing: run `bash benchmarks/trl/setup.sh` first")
@@ -99,3 +105,92 @@ def test_trl_compare_quick(tmp_path):
     assert timed and all(s["ours"]["seconds"] > 0 and s["trl"]["seconds"] > 0 for s in timed)
     lengths = report["config"]["prompt_lengths"]
     assert lengths["ours"] == lengths["trl"]  # both sides tokenize the same chat messages identically
+
+
+@pytest.mark.bench
+def test_memory_plan_check_quick(tmp_path):
+    report = run_quick("memory_plan_check", tmp_path)
+    rows = report["samples"]
+    assert [r["case"] for r in rows] == report["config"]["cases"] and len(rows) == 2  # full fine-tune and LoRA
+    for r in rows:
+        assert r["measured_peak_increase_mb"] > 0 and r["estimated_peak_increase_mb"] > 0
+        assert r["ratio_measured_to_estimate"] == pytest.approx(
+            r["measured_peak_increase_mb"] / r["estimated_peak_increase_mb"], rel=0.01)
+    assert report["measured"] == pytest.approx(max(abs(r["ratio_measured_to_estimate"] - 1) for r in rows), abs=1e-4)
+
+
+@pytest.mark.bench
+def test_engine_throughput_quick(tmp_path):
+    report = load_benchmark("engine_throughput").main(["--quick", "--out-dir", str(tmp_path)])
+    assert json.loads((tmp_path / "engine_throughput.json").read_text()) == report
+    assert report["quick"] is True and report["workload"]["max_new_tokens"] == 8
+    completions = report["workload"]["prompts"] * report["workload"]["samples_per_prompt"]
+    for dtype in ("float32", "bfloat16"):
+        result = report["results"][dtype]
+        for side in ("engine", "generate"):
+            (run,) = result["runs"][side]
+            assert run["completions"] == completions and 0 < run["tokens"] <= completions * 8
+        summary = result["summary"]
+        assert summary["speedup_wall"] == round(
+            summary["generate"]["median_seconds"] / summary["engine"]["median_seconds"], 2)
+
+
+@pytest.mark.bench
+def test_update_packing_quick(tmp_path):
+    report = load_benchmark("update_packing").main(["--quick", "--out-dir", str(tmp_path)])
+    assert json.loads((tmp_path / "update_packing.json").read_text()) == report
+    workload = report["workload"]
+    assert report["quick"] is True and workload["samples"] == workload["nodes"] * 4
+    # K=4 branches share each node's prompt: packed, each prompt goes through the forward once instead of 4 times.
+    saved = workload["forward_tokens_unpacked"] - workload["forward_tokens_packed"]
+    assert saved > 0 and saved % 3 == 0
+    for mode in ("full", "lora"):
+        result = report["results"][mode]
+        assert all(len(result["seconds"][side]) == 1 and result["seconds"][side][0] > 0 for side in ("packed", "unpacked"))
+        assert result["speedup"] == round(result["median_seconds"]["unpacked"] / result["median_seconds"]["packed"], 2)
+
+
+@pytest.mark.bench
+def test_sandbox_overhead_quick(tmp_path):
+    out = tmp_path / "sandbox_overhead.json"
+    report = load_benchmark("sandbox_overhead").main(["--quick", "--out", str(out)])
+    assert json.loads(out.read_text()) == report and report["quick"] is True
+    available = [layer for layer in report["layers"].values() if layer["available"]]
+    assert available, report["layers"]  # the fallback layer works wherever the tests run
+    for layer in available:
+        assert layer["bare_subprocess"]["runs"] == layer["sandboxed"]["runs"] == 3
+        assert layer["overhead_median_ms"] == pytest.approx(
+            layer["sandboxed"]["median_ms"] - layer["bare_subprocess"]["median_ms"], abs=0.011)
+
+
+@pytest.mark.bench
+def test_sandbox_soak_quick(tmp_path):
+    out = tmp_path / "sandbox_soak.json"
+    report = load_benchmark("sandbox_soak").main(["--quick", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report)) and report["quick"] is True
+    assert report["flat"] is True and report["wrong_result_count"] == 0 and report["zombie_children_after"] == 0
+
+
+@pytest.mark.bench
+def test_training_run_quick(tmp_path):
+    out = tmp_path / "training_run.json"
+    assert load_benchmark("training_run").main(["--quick", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["quick"] is True and report["steps"] == 2 and report["wall_seconds"] > 0
+    assert Path(report["run_dir"]).is_relative_to(tmp_path)  # the quick run's logs stay beside its JSON
+    assert all(len(curve) == 2 for curve in report["curves"].values())
+    validation = report["validation_success"]
+    assert validation and all(sorted(map(int, by_step)) == [0, 2] for by_step in validation.values())
+
+
+@pytest.mark.bench
+def test_gpu_smoke_quick(tmp_path):
+    """Without a GPU, --quick runs the L1 train script as gpu_smoke runs it (its budget overrides, its reading of the
+    step rows); the GPU figures themselves need a GPU and vLLM."""
+    load_benchmark("gpu_smoke").main(["--quick", "--out-dir", str(tmp_path)])
+    report = json.loads((tmp_path / "gpu_smoke.json").read_text())
+    assert report["quick"] is True and report["device"] == {"gpu": None} and report["config"]["parts"] == ["L1"]
+    l1 = report["L1"]
+    assert l1["script"] == "scripts/train/math/math_L1_prompt.sh" and [s["step"] for s in l1["steps"]] == [1, 2]
+    assert all(s["update_s"] > 0 and s["step_s"] >= s["update_s"] for s in l1["steps"])
+    assert l1["medians"]["update_s"] == l1["steps"][1]["update_s"]  # the first step (warm-up) is left out

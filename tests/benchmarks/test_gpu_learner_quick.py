@@ -6,9 +6,12 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+@pytest.mark.bench  # ~1-2 min on 2 cores: the benchmark lane, not the default one
 def test_gpu_learner_quick_runs_the_worker_update_and_streams_every_weight(tmp_path):
     sys.path.insert(0, str(BENCHMARKS))
     import gpu_learner

@@ -1,6 +1,7 @@
-"""Slow lane: SmolLM2 on the quickstart task, validation success before vs after training.
+"""Slow lane: SmolLM2 on the quickstart task, validation success before vs after training; and the benchmark lane's
+smoke of benchmarks/learning_claims.py --quick.
 
-Run with ``make test-slow`` (or ``pytest -m slow tests/benchmarks``). It writes the same JSON as
+Run with ``make test-slow`` (or ``pytest -m slow tests/benchmarks``) and ``make test-bench``. It writes the same JSON as
 ``python benchmarks/training_run.py --name quickstart --out ...``.
 """
 
@@ -32,7 +33,7 @@ def test_smollm2_quickstart_task_learns(tmp_path):
         assert result["curves"][key] and all(0.0 <= v <= 1.0 for v in result["curves"][key])
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_learning_claims_quick_runs_every_method_end_to_end(tmp_path):
     """The pre-registered comparison's pipeline, at a tiny budget: each method trains past its budget, is evaluated
     before and after, and the report, its comparisons and the plot are written."""
