@@ -16,6 +16,58 @@ machine, the protocol, every run's curve and timing, the per-method summary and 
 per method a thin line per seed and the mean thick, and AT-GRPO's paired differences with their intervals), or
 ``benchmarks/results/learning_claims.json`` and ``.png`` under ``--protocol first``.
 
+PRE-REGISTRATION 2: PAIRED SEEDS (``--protocol paired``, the default; ``PAIRED`` and ``VAULT`` below. Written and
+committed in its own commit before the first full run; not to be changed after seeing results; if it must change,
+the first result is kept and both are reported.)
+
+- Question: at equal generated training tokens, does AT-GRPO learn the vault task faster than trajectory GRPO (the
+  comparison pre-registration 1 left open: its 3 seeds spread as widely as the difference), and than single-agent
+  GRPO?
+- Task, model, learner, sampling and the three methods: exactly as in pre-registration 1 (below), with one change
+  that leaves the maths alone: the learner's micro-batches hold at most 1,024 tokens
+  (``optim.micro_batch_max_tokens``, as in the quickstart, where it made updates faster with the same loss and
+  gradient norm).
+- Budget: 3,000 generated training tokens per run, as before (steps of 4 problems; the step that crosses the budget
+  is completed). Not shortened: in pre-registration 1, 5 of the 9 runs were still rising between the evaluation at
+  about 2,400 tokens and the end, so a shorter budget would cut off the phase in which the methods differed.
+- Held-out evaluation (greedy, independent episodes, up to 2 turns, the test seed space, never trained on): before
+  training on the first 32 test problems; at the first step reaching 1,000 and 2,000 tokens on the same 32; after the
+  last step on 64 (those 32 and the next 32). The start is the base model's (LoRA B starts at zero; greedy
+  decoding), so it is the same for every seed of a method: a check of the set-up, not part of any metric.
+- Seeds: 0 to 15, 16 per method. Seed s of every method shares data order (the same training problems in the same
+  order) and initialisation (``training.seed``: the cursor, the LoRA weights, the sampler). 16 rather than 8: in
+  pre-registration 1 the per-seed differences AT-GRPO minus trajectory on the primary metric were +0.79, -0.28 and
+  +0.25 (sd 0.54); a 95% interval of the mean of n such differences is about +-1.96 * 0.54 / sqrt(n): +-0.37 for 8
+  seeds, so 8 could separate only a difference larger than the 0.25 seen, and +-0.26 for 16, about even odds at
+  0.25 (the sd is itself a 3-seed estimate).
+- Metric: held-out team success (the vault opened). Primary: the mean over the 3 evaluation points after the start
+  (1,000 and 2,000 tokens on 32 problems, the end on 64): the area under the held-out curve per token, rewarding
+  learning fast within the budget. Secondary: the final held-out success (64 problems).
+- Test, for each baseline (trajectory, single agent) and each metric: the per-seed differences d_s = AT-GRPO(s) minus
+  baseline(s) over the 16 seeds; their mean; its 95% paired percentile bootstrap interval (``benchmarks/_paired.py``:
+  100,000 resamples of the 16 differences with replacement, drawn by ``random.Random(0)``; the 2.5% and 97.5%
+  quantiles of the resample means as the inverse distribution function, without interpolation).
+- Decision rule: AT-GRPO is better than a baseline when the interval lies above 0 (its low end > 0), the baseline is
+  better when it lies below 0 (high end < 0), otherwise they are not separated at this scale. The primary decision
+  is AT-GRPO against trajectory GRPO on the primary metric; the second, AT-GRPO against single-agent GRPO on the
+  primary metric, at the same level without a correction for two; the final-success comparisons are secondary and
+  reported with their intervals. With fewer than 16 paired seeds finished there is no decision, only a report of
+  the seeds done. Reported whichever way it falls, with the per-seed values and the number of seeds on each side.
+- Runs: each (method, seed) once. A run that collapses (held-out success falling to 0) is a result and is kept; a
+  run that stops on an error is not in ``runs.jsonl`` and is run again from its start, and the error is reported. No
+  seed is added, dropped or rerun after its result is seen.
+- Cost, estimated from pre-registration 1: its runs took 18-22 min each (seed 2, exact records) on this 2-core
+  machine while it was shared with the test lanes, with 384 held-out episodes (6 evaluations of 64) and 6-10
+  training steps each. Held-out episodes cost about 1.1 s each at the base model's success (2 turns; less once
+  episodes end in 1 turn) and training about 33 ms per generated token on a quiet machine (the quickstart's log:
+  70 s for its first 64 episodes, 16-34 s per step of 500-1,000 tokens), so evaluation was about two thirds of a
+  run. Here a run evaluates 160 episodes (32 + 32 + 32 + 64): about 5 min on a quiet machine and about 11 min shared
+  as pre-registration 1's were (their 2.2x). 48 runs (3 methods x 16 seeds): about 4 h quiet, about 9 h shared. The
+  benchmark stops and resumes at run granularity (above), so it can run in pieces.
+- Built-in game (Plan-Path, Sudoku or Sokoban, ``--env cpu_<env>``): to be fixed when its preset exists; none
+  exists as this is written, so only ``--quick`` runs there. Its budget, evaluation points and seeds are to be
+  written here and added to ``REGISTERED`` in a commit of their own before its first full run.
+
 PRE-REGISTRATION 1, as committed in d427c09 and run at 1b3e100 (``--protocol first``); its text is unchanged:
 
 PRE-REGISTRATION (written and committed before the first full run; not to be changed after seeing results; if
