@@ -1,11 +1,74 @@
 """The paper's claim at CPU scale: AT-GRPO against trajectory GRPO and single-agent GRPO, on held-out problems.
 
-    python benchmarks/learning_claims.py              # the pre-registered run (3 methods x 3 seeds: ~3 h, busy 2 cores)
-    python benchmarks/learning_claims.py --quick      # a short end-to-end check (1 seed, tiny budget; slow lane)
-    python benchmarks/learning_claims.py --seeds 2    # some of the seeds; runs already finished are kept (below)
+    python benchmarks/learning_claims.py                   # pre-registration 2: 3 methods x 8 paired seeds, vault
+    python benchmarks/learning_claims.py --quick           # a short end-to-end check (1 seed, tiny budget; slow lane)
+    python benchmarks/learning_claims.py --seeds 0 1       # some of the seeds; runs already finished are kept (below)
+    python benchmarks/learning_claims.py --protocol first  # pre-registration 1, as it ran (3 seeds)
+    python benchmarks/learning_claims.py --env cpu_sudoku --quick   # a built-in game, through its cpu_<env> preset
 
-Every finished run is appended to ``<log-dir>/runs.jsonl`` at once; a later invocation with the same settings reads
-it and runs only the (method, seed) pairs missing there, so a run cut off mid-way loses at most the run in progress.
+Every finished run is appended to ``<log-dir>/runs.jsonl`` at once, with the protocol it ran under; a later
+invocation reads it and runs only the (method, seed) pairs missing there under the same protocol, env and
+overrides, so a comparison can be stopped and resumed, and a run cut off mid-way loses at most the run in progress.
+A full run of an (protocol, env) pair that is not pre-registered (``REGISTERED``) is refused; ``--quick`` runs any.
+
+Writes ``benchmarks/results/learning_claims_paired_vault.json`` and ``.png`` (pre-registration 2: the command, the
+machine, the protocol, every run's curve and timing, the per-method summary and the paired comparisons; the figure:
+per method a thin line per seed and the mean thick, and AT-GRPO's paired differences with their intervals), or
+``benchmarks/results/learning_claims.json`` and ``.png`` under ``--protocol first``.
+
+PRE-REGISTRATION 2: PAIRED SEEDS (``--protocol paired``, the default; ``PAIRED`` and ``VAULT`` below. Written and
+committed in its own commit before the first full run; not to be changed after seeing results; if it must change,
+the first result is kept and both are reported.)
+
+- Question: at equal generated training tokens, does AT-GRPO learn the vault task faster than trajectory GRPO (the
+  comparison pre-registration 1 left open: its 3 seeds spread as widely as the difference), and than single-agent
+  GRPO?
+- Task, model, learner, sampling and the three methods: exactly as in pre-registration 1 (below), with one change
+  that leaves the maths alone: the learner's micro-batches hold at most 1,024 tokens
+  (``optim.micro_batch_max_tokens``, as in the quickstart, where it made updates faster with the same loss and
+  gradient norm).
+- Budget: 3,000 generated training tokens per run, as before (steps of 4 problems; the step that crosses the budget
+  is completed). Not shortened: in pre-registration 1, 5 of the 9 runs were still rising between the evaluation at
+  about 2,400 tokens and the end, so a shorter budget would cut off the phase in which the methods differed.
+- Held-out evaluation (greedy, independent episodes, up to 2 turns, the test seed space, never trained on): before
+  training on the first 32 test problems; at the first step reaching 1,000 and 2,000 tokens on the same 32; after the
+  last step on 64 (those 32 and the next 32). The start is the base model's (LoRA B starts at zero; greedy
+  decoding), so it is the same for every seed of a method: a check of the set-up, not part of any metric.
+- Seeds: 0 to 15, 16 per method. Seed s of every method shares data order (the same training problems in the same
+  order) and initialisation (``training.seed``: the cursor, the LoRA weights, the sampler). 16 rather than 8: in
+  pre-registration 1 the per-seed differences AT-GRPO minus trajectory on the primary metric were +0.79, -0.28 and
+  +0.25 (sd 0.54); a 95% interval of the mean of n such differences is about +-1.96 * 0.54 / sqrt(n): +-0.37 for 8
+  seeds, so 8 could separate only a difference larger than the 0.25 seen, and +-0.26 for 16, about even odds at
+  0.25 (the sd is itself a 3-seed estimate).
+- Metric: held-out team success (the vault opened). Primary: the mean over the 3 evaluation points after the start
+  (1,000 and 2,000 tokens on 32 problems, the end on 64): the area under the held-out curve per token, rewarding
+  learning fast within the budget. Secondary: the final held-out success (64 problems).
+- Test, for each baseline (trajectory, single agent) and each metric: the per-seed differences d_s = AT-GRPO(s) minus
+  baseline(s) over the 16 seeds; their mean; its 95% paired percentile bootstrap interval (``benchmarks/_paired.py``:
+  100,000 resamples of the 16 differences with replacement, drawn by ``random.Random(0)``; the 2.5% and 97.5%
+  quantiles of the resample means as the inverse distribution function, without interpolation).
+- Decision rule: AT-GRPO is better than a baseline when the interval lies above 0 (its low end > 0), the baseline is
+  better when it lies below 0 (high end < 0), otherwise they are not separated at this scale. The primary decision
+  is AT-GRPO against trajectory GRPO on the primary metric; the second, AT-GRPO against single-agent GRPO on the
+  primary metric, at the same level without a correction for two; the final-success comparisons are secondary and
+  reported with their intervals. With fewer than 16 paired seeds finished there is no decision, only a report of
+  the seeds done. Reported whichever way it falls, with the per-seed values and the number of seeds on each side.
+- Runs: each (method, seed) once. A run that collapses (held-out success falling to 0) is a result and is kept; a
+  run that stops on an error is not in ``runs.jsonl`` and is run again from its start, and the error is reported. No
+  seed is added, dropped or rerun after its result is seen.
+- Cost, estimated from pre-registration 1: its runs took 18-22 min each (seed 2, exact records) on this 2-core
+  machine while it was shared with the test lanes, with 384 held-out episodes (6 evaluations of 64) and 6-10
+  training steps each. Held-out episodes cost about 1.1 s each at the base model's success (2 turns; less once
+  episodes end in 1 turn) and training about 33 ms per generated token on a quiet machine (the quickstart's log:
+  70 s for its first 64 episodes, 16-34 s per step of 500-1,000 tokens), so evaluation was about two thirds of a
+  run. Here a run evaluates 160 episodes (32 + 32 + 32 + 64): about 5 min on a quiet machine and about 11 min shared
+  as pre-registration 1's were (their 2.2x). 48 runs (3 methods x 16 seeds): about 4 h quiet, about 9 h shared. The
+  benchmark stops and resumes at run granularity (above), so it can run in pieces.
+- Built-in game (Plan-Path, Sudoku or Sokoban, ``--env cpu_<env>``): to be fixed when its preset exists; none
+  exists as this is written, so only ``--quick`` runs there. Its budget, evaluation points and seeds are to be
+  written here and added to ``REGISTERED`` in a commit of their own before its first full run.
+
+PRE-REGISTRATION 1, as committed in d427c09 and run at 1b3e100 (``--protocol first``); its text is unchanged:
 
 PRE-REGISTRATION (written and committed before the first full run; not to be changed after seeing results; if
 it must change, the first result is kept and both are reported):
@@ -45,8 +108,10 @@ it must change, the first result is kept and both are reported):
   success in 20 steps (~11,000 generated tokens), with training success at 1.0 after ~2,300 tokens; the budget above
   is set small enough that the methods are still learning within it.
 
-Writes ``benchmarks/results/learning_claims.json`` (command, machine, seeds, every run's curve) and
-``benchmarks/results/learning_claims.png`` (held-out success against generated tokens, per method).
+Result of pre-registration 1 (README, "paper claim at CPU scale"; ``benchmarks/results/learning_claims.json``):
+AT-GRPO 0.58 +- 0.31 on the primary metric, trajectory GRPO 0.33 +- 0.24, single agent 0.23 +- 0.16; AT-GRPO beat
+single-agent GRPO by its rule and was not separated from trajectory GRPO: the spread across 3 seeds was as large as
+the difference. Pre-registration 2 is the comparison made to separate them.
 """
 
 from __future__ import annotations
@@ -56,110 +121,199 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import machine_info  # noqa: E402
+from _paired import decide, paired_bootstrap  # noqa: E402
 from _report import load_average, out_dir  # noqa: E402
 
 NAME = "learning_claims"
-COMMON = [
-    "base_models.policy_0.path=smollm2-135m-instruct", "base_models.policy_0.dtype=float32",
-    "base_models.policy_0.lora.rank=32", "base_models.policy_0.lora.alpha=64",
-    "base_models.policy_0.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
-    "env.name=vault", "env.max_turns=2", "env.max_val_problems=64",
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "pettingllms" / "configs" / "experiment"
+# how every run trains, whatever the task: steps of 4 problems, K=4, the same learning rate at every step whatever a
+# method's step count (one warmup step, then constant), no validation or files of the trainer's own
+RUN = [
     "rollout.branching=4", "rollout.select=greedy", "reward.alpha=1.0",
-    "optim.lr=3e-4", "optim.warmup_steps=1", "optim.min_lr_ratio=1.0",
-    "training.total_training_steps=400", "training.train_batch_size=4", "training.max_prompt_length=320",
-    "training.max_response_length=12", "training.val_freq=0", "training.val_before_train=false",
+    "optim.warmup_steps=1", "optim.min_lr_ratio=1.0",
+    "training.total_training_steps=400", "training.train_batch_size=4",
+    "training.val_freq=0", "training.val_before_train=false",
     "training.export_hf=false", "training.plot=false", "training.resume=none", "training.logger=[]",
     "resources.use_ray=false",
 ]
 TRAIN_SAMPLING = "{temperature: 0.5, top_p: 1.0, top_k: 0, max_tokens: 12}"
 VAL_SAMPLING = "{temperature: 0.0, top_p: 1.0, top_k: 0, max_tokens: 12}"
-METHODS = {
-    "at_grpo": ["specialization=L2", "rollout.mode=tree",
-                *(f"+agents.{a}.{k}={v}" for a in ("reader", "opener")
-                  for k, v in (("train_sampling", TRAIN_SAMPLING), ("val_sampling", VAL_SAMPLING)))],
-    "trajectory": ["specialization=L2", "rollout.mode=trajectory",
-                   *(f"+agents.{a}.{k}={v}" for a in ("reader", "opener")
-                     for k, v in (("train_sampling", TRAIN_SAMPLING), ("val_sampling", VAL_SAMPLING)))],
-    "single_agent": ["specialization=L0", "+env.options.players=1", "rollout.mode=trajectory",
-                     f"+agents.solo.train_sampling={TRAIN_SAMPLING}", f"+agents.solo.val_sampling={VAL_SAMPLING}"],
-}
-SEEDS = (0, 1, 2)
-BUDGET, EVERY = 3000, 600
 
 
-def run(method: str, seed: int, budget: int, every: int, log_dir: Path, extra: Sequence[str] = ()) -> dict:
+@dataclass(frozen=True)
+class Task:
+    """What the methods are compared on: the config overrides every method shares, and what turns the team task
+    into one agent's (the single-agent baseline)."""
+
+    overrides: tuple[str, ...]
+    team: tuple[str, ...]  # what the team's agents need beyond ``overrides`` (their sampling)
+    single_agent: tuple[str, ...]
+
+    def methods(self) -> dict[str, list[str]]:
+        """Each method's overrides: the only differences between the methods."""
+        return {"at_grpo": ["specialization=L2", "rollout.mode=tree", *self.team],
+                "trajectory": ["specialization=L2", "rollout.mode=trajectory", *self.team],
+                "single_agent": ["specialization=L0", *self.single_agent, "rollout.mode=trajectory"]}
+
+
+def _sampling(agents: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"+agents.{a}.{k}={v}" for a in agents
+                 for k, v in (("train_sampling", TRAIN_SAMPLING), ("val_sampling", VAL_SAMPLING)))
+
+
+VAULT = Task(
+    overrides=("base_models.policy_0.path=smollm2-135m-instruct", "base_models.policy_0.dtype=float32",
+               "base_models.policy_0.lora.rank=32", "base_models.policy_0.lora.alpha=64",
+               "base_models.policy_0.lora.target_modules=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]",
+               "env.name=vault", "env.max_turns=2", "optim.lr=3e-4",
+               "training.max_prompt_length=320", "training.max_response_length=12"),
+    team=_sampling(("reader", "opener")),
+    single_agent=("+env.options.players=1", *_sampling(("solo",))),
+)
+
+
+def task(env: str) -> Task:
+    """``vault``, or a ``cpu_<env>`` experiment preset of a built-in game (Plan-Path, Sudoku, Sokoban: a tool agent
+    and a plan agent; the plan agent plays alone in the single-agent baseline), which brings its own model, LoRA,
+    sampling and lengths."""
+    if env == "vault":
+        return VAULT
+    if env.startswith("cpu_") and (EXPERIMENTS / f"{env}.yaml").is_file():
+        return Task(overrides=(f"+experiment={env}",), team=(), single_agent=("env.agents=[plan_agent]",))
+    presets = sorted(p.stem for p in EXPERIMENTS.glob("cpu_*.yaml"))
+    raise SystemExit(f"error: --env {env}: not vault or a cpu_<env> preset of pettingllms/configs/experiment "
+                     f"(presets there: {', '.join(presets) or 'none yet'})")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a comparison is run and decided: each run's token budget, where the held-out set is evaluated and on how
+    many of its problems, the seeds, the decision rule, and overrides of its own."""
+
+    budget: int  # generated training tokens per run; the step that crosses it is completed
+    eval_at: tuple[int, ...]  # held-out evaluation at the first step whose cumulative tokens reach each of these
+    start_problems: int  # held-out problems evaluated before training (the first n of the test set) ...
+    mid_problems: int  # ... at each point of eval_at ...
+    end_problems: int  # ... and after the last step (the largest of the three is the test set)
+    seeds: tuple[int, ...]  # seed s of every method shares data order and initialisation (training.seed)
+    rule: str  # "paired_bootstrap" (95% interval of the mean paired difference) or "sd_margin"
+    overrides: tuple[str, ...] = ()
+
+
+# pre-registration 2 (the docstring): 16 paired seeds, fewer and smaller intermediate evaluations, 64 at the end
+PAIRED = Protocol(budget=3000, eval_at=(1000, 2000), start_problems=32, mid_problems=32, end_problems=64,
+                  seeds=tuple(range(16)), rule="paired_bootstrap",
+                  overrides=("optim.micro_batch_max_tokens=1024",))
+# pre-registration 1, as it ran (commit d427c09, results in benchmarks/results/learning_claims.json)
+FIRST = Protocol(budget=3000, eval_at=(600, 1200, 1800, 2400), start_problems=64, mid_problems=64, end_problems=64,
+                 seeds=(0, 1, 2), rule="sd_margin")
+# --quick: the pipeline end to end at a tiny budget (its figures mean nothing)
+QUICK = Protocol(budget=120, eval_at=(60,), start_problems=4, mid_problems=4, end_problems=8, seeds=(0,),
+                 rule="paired_bootstrap", overrides=("optim.micro_batch_max_tokens=1024",))
+PROTOCOLS = {"paired": PAIRED, "first": FIRST}
+# the comparisons that are pre-registered (protocol, env); any other full run is refused
+REGISTERED = {("paired", "vault"), ("first", "vault")}
+
+
+def run(method: str, seed: int, protocol: Protocol, env: str, log_dir: Path) -> dict:
     """One training run to the token budget, evaluating on the held-out problems along the way."""
     from pettingllms.entry.train import load_config
     from pettingllms.trainer.trainer import Trainer
 
-    overrides = _overrides(method, seed, log_dir, extra)
+    overrides = _overrides(method, seed, protocol, env, log_dir)
     trainer = Trainer(load_config("train", overrides))
     started = time.perf_counter()
+    evaluating = [0.0]  # seconds spent in held-out evaluation
+
+    def held_out(step: int, problems: int) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        value = _held_out(trainer, step, problems)
+        evaluating[0] += time.perf_counter() - t0
+        return problems, value
+
     try:
-        curve = [(0, _held_out(trainer.validate(0)))]
-        tokens, step, next_eval = 0, 0, every
-        while tokens < budget:
+        points = [(0, *held_out(0, protocol.start_problems))]
+        tokens, step = 0, 0
+        pending = list(protocol.eval_at)
+        while tokens < protocol.budget:
             step += 1
             result = trainer.step(step)
             tokens += int(result.metrics["rollout/generated_tokens"])
-            if tokens >= next_eval or tokens >= budget:
-                curve.append((tokens, _held_out(trainer.validate(step))))
-                while next_eval <= tokens:
-                    next_eval += every
+            reached = [p for p in pending if p <= tokens]
+            pending = [p for p in pending if p > tokens]
+            if tokens >= protocol.budget:
+                points.append((tokens, *held_out(step, protocol.end_problems)))
+            elif reached:
+                points.append((tokens, *held_out(step, protocol.mid_problems)))
     finally:
         trainer.close()
-    after = [value for _, value in curve[1:]]
-    return {"method": method, "seed": seed, "steps": step, "tokens": tokens, "curve": curve,
-            "auc": statistics.fmean(after), "final": curve[-1][1], "seconds": time.perf_counter() - started,
-            "overrides": overrides}
+    after = [value for _, _, value in points[1:]]
+    return {"method": method, "seed": seed, "env": env, "steps": step, "tokens": tokens,
+            "curve": [(t, v) for t, _, v in points], "problems": [n for _, n, _ in points],
+            "auc": statistics.fmean(after), "final": points[-1][2], "seconds": time.perf_counter() - started,
+            "eval_seconds": evaluating[0], "overrides": overrides}
 
 
-def _overrides(method: str, seed: int, log_dir: Path, extra: Sequence[str]) -> list[str]:
-    return [*COMMON, *METHODS[method], f"training.seed={seed}", f"training.log_dir={log_dir}",
-            f"training.experiment_name={method}_seed{seed}", *extra]
+def _overrides(method: str, seed: int, protocol: Protocol, env: str, log_dir: Path) -> list[str]:
+    setup = task(env)
+    held_out = max(protocol.start_problems, protocol.mid_problems, protocol.end_problems)
+    return [*setup.overrides, *RUN, f"env.max_val_problems={held_out}", *protocol.overrides,
+            *setup.methods()[method], f"training.seed={seed}", f"training.log_dir={log_dir}",
+            f"training.experiment_name={env}_{method}_seed{seed}"]
 
 
-def _held_out(metrics: dict[str, float]) -> float:
-    return float(metrics["val/procedural/success_rate"])
+def _held_out(trainer, step: int, problems: int) -> float:
+    """Team success on the first ``problems`` held-out problems (greedy): the same problems, with the same
+    episode seeds, as the first ``problems`` of the full test set, so a smaller evaluation is a subset of the
+    larger one."""
+    everything = trainer.benchmarks
+    trainer.benchmarks = {name: ps[:problems] for name, ps in everything.items()}
+    try:
+        return float(trainer.validate(step)["val/procedural/success_rate"])
+    finally:
+        trainer.benchmarks = everything
 
 
-def append_run(record: Path, result: dict, budget: int, every: int, extra: Sequence[str]) -> None:
-    """Keep a finished run at once, with what it was run with (so only a run of the same settings is reused)."""
+def append_run(record: Path, result: dict, protocol: Protocol) -> None:
+    """Keep a finished run at once, with the protocol it ran under (so only a run of the same settings is reused)."""
     record.parent.mkdir(parents=True, exist_ok=True)
     with record.open("a") as fh:
-        fh.write(json.dumps({**result, "budget_tokens": budget, "eval_every_tokens": every, "extra": list(extra)})
-                 + "\n")
+        fh.write(json.dumps({**result, "protocol": asdict(protocol)}) + "\n")
 
 
-def finished_runs(record: Path, budget: int, every: int, extra: Sequence[str]) -> dict[tuple[str, int], dict]:
-    """The runs of ``record`` (``<log_dir>/runs.jsonl``) made with these settings and this version's overrides,
-    by (method, seed)."""
+def finished_runs(record: Path, protocol: Protocol, env: str) -> dict[tuple[str, int], dict]:
+    """The runs of ``record`` (``<log_dir>/runs.jsonl``) made under this protocol, on this env, with this version's
+    overrides, by (method, seed)."""
     if not record.is_file():
         return {}
+    settings = json.loads(json.dumps(asdict(protocol)))  # as read back: tuples become lists
     done = {}
     for line in record.read_text().splitlines():
         r = json.loads(line)
-        settings = (r.pop("budget_tokens"), r.pop("eval_every_tokens"), r.pop("extra"))
-        same = settings == (budget, every, list(extra)) and r["method"] in METHODS
-        if same and r["overrides"] == _overrides(r["method"], r["seed"], record.parent, extra):
+        if r.pop("protocol", None) != settings or r.get("env") != env or r["method"] not in task(env).methods():
+            continue
+        if r["overrides"] == _overrides(r["method"], r["seed"], protocol, env, record.parent):
             done[(r["method"], r["seed"])] = r
     return done
 
 
-def summarize(runs: Sequence[dict]) -> dict:
+def summarize(runs: Sequence[dict], protocol: Protocol) -> dict:
+    """Per method: each metric's mean, standard deviation and per-seed values; then AT-GRPO against each baseline
+    by the protocol's rule."""
     out: dict = {}
-    for method in METHODS:
-        mine = [r for r in runs if r["method"] == method]
+    for method in ("at_grpo", "trajectory", "single_agent"):
+        mine = sorted((r for r in runs if r["method"] == method), key=lambda r: r["seed"])
         if not mine:
             continue
         out[method] = {metric: {"mean": statistics.fmean(r[metric] for r in mine),
                                 "std": statistics.stdev([r[metric] for r in mine]) if len(mine) > 1 else 0.0,
-                                "per_seed": [r[metric] for r in mine]}
+                                "seeds": [r["seed"] for r in mine], "per_seed": [r[metric] for r in mine]}
                        for metric in ("auc", "final")}
     comparisons = {}
     for other in ("trajectory", "single_agent"):
@@ -167,35 +321,65 @@ def summarize(runs: Sequence[dict]) -> dict:
             continue
         for metric in ("auc", "final"):
             a, b = out["at_grpo"][metric], out[other][metric]
-            margin = max(a["std"], b["std"])
-            diff = a["mean"] - b["mean"]
-            verdict = "at_grpo wins" if diff > margin else (f"{other} wins" if -diff > margin else "not separated")
-            comparisons[f"at_grpo - {other} ({metric})"] = {"difference": diff, "margin": margin, "verdict": verdict}
+            key = f"at_grpo - {other} ({metric})"
+            if protocol.rule == "sd_margin":
+                margin = max(a["std"], b["std"])
+                diff = a["mean"] - b["mean"]
+                verdict = "at_grpo wins" if diff > margin else (f"{other} wins" if -diff > margin else "not separated")
+                comparisons[key] = {"difference": diff, "margin": margin, "verdict": verdict}
+            else:
+                paired = paired_bootstrap(dict(zip(a["seeds"], a["per_seed"])), dict(zip(b["seeds"], b["per_seed"])))
+                comparisons[key] = {**paired, "difference": paired["mean"],
+                                    "verdict": decide(paired, len(protocol.seeds), "at_grpo", other)}
     return {"methods": out, "comparisons": comparisons}
 
 
-def plot(runs: Sequence[dict], path: Path) -> None:
+COLORS = {"at_grpo": "tab:blue", "trajectory": "tab:orange", "single_agent": "tab:green"}
+
+
+def plot(runs: Sequence[dict], comparisons: dict, path: Path, title: str) -> None:
+    """One panel per method (a thin line per seed, the mean thick), and the paired differences: each seed's
+    difference as a dot, the mean with its interval as a bar, per baseline and metric."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"at_grpo": "tab:blue", "trajectory": "tab:orange", "single_agent": "tab:green"}
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    labelled = set()
-    for r in runs:
-        xs, ys = zip(*r["curve"])
-        label = None if r["method"] in labelled else r["method"]
-        labelled.add(r["method"])
-        ax.plot(xs, ys, marker="o", markersize=3, color=colors[r["method"]], alpha=0.8, label=label)
-    ax.set_xlabel("generated training tokens")
-    ax.set_ylabel("held-out success (64 problems, greedy)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("vault, SmolLM2-135M on CPU: AT-GRPO vs trajectory GRPO vs single agent")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    methods = [m for m in COLORS if any(r["method"] == m for r in runs)]
+    fig, axes = plt.subplots(1, len(methods) + 1, figsize=(4.2 * (len(methods) + 1), 4.0))
+    for ax, method in zip(axes, methods):
+        mine = [r for r in runs if r["method"] == method]
+        for r in mine:
+            xs, ys = zip(*r["curve"])
+            ax.plot(xs, ys, color=COLORS[method], alpha=0.35, linewidth=0.9)
+        points = min(len(r["curve"]) for r in mine)  # the mean over seeds at each evaluation they all have
+        mean_x = [statistics.fmean(r["curve"][i][0] for r in mine) for i in range(points)]
+        mean_y = [statistics.fmean(r["curve"][i][1] for r in mine) for i in range(points)]
+        ax.plot(mean_x, mean_y, color=COLORS[method], linewidth=2.8, marker="o", label=f"mean of {len(mine)} seeds")
+        ax.set_title(method)
+        ax.set_xlabel("generated training tokens")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0].set_ylabel("held-out success (greedy)")
+    ax = axes[-1]
+    labels = []
+    for i, (key, c) in enumerate(comparisons.items()):
+        labels.append(key.replace("at_grpo - ", "- ").replace(" (", "\n("))
+        if "per_seed" in c:
+            ax.scatter([i] * len(c["per_seed"]), list(c["per_seed"].values()), color="gray", s=12, zorder=2)
+            ax.errorbar([i], [c["mean"]], yerr=[[c["mean"] - c["low"]], [c["high"] - c["mean"]]], fmt="o",
+                        color="black", capsize=5, zorder=3)
+        else:
+            ax.errorbar([i], [c["difference"]], yerr=[[c["margin"]], [c["margin"]]], fmt="o", color="black",
+                        capsize=5)
+    ax.axhline(0.0, color="tab:red", linewidth=0.8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_title("AT-GRPO minus baseline, per seed and mean\n(bar: 95% paired bootstrap interval)", fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -203,18 +387,26 @@ def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, a tiny budget: checks the pipeline only")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--protocol", choices=list(PROTOCOLS), default="paired",
+                        help="paired: pre-registration 2 (default); first: pre-registration 1, as it ran")
+    parser.add_argument("--env", default="vault", help="vault, or a cpu_<env> preset of pettingllms/configs/experiment")
+    parser.add_argument("--methods", nargs="+", choices=list(VAULT.methods()), default=list(VAULT.methods()))
     parser.add_argument("--out-dir")
     parser.add_argument("--log-dir", default="logs/learning_claims")
-    parser.add_argument("--seeds", nargs="+", type=int, help=f"default: {list(SEEDS)} ({SEEDS[0]} with --quick)")
+    parser.add_argument("--seeds", nargs="+", type=int, help="default: the protocol's (0 with --quick)")
     args = parser.parse_args(argv)
-    seeds = args.seeds or (SEEDS[:1] if args.quick else SEEDS)
-    budget, every = (120, 60) if args.quick else (BUDGET, EVERY)
-    extra = ["env.max_val_problems=8"] if args.quick else []  # --quick checks the pipeline, not the figures
+    task(args.env)  # an unknown env stops here
+    protocol = QUICK if args.quick else PROTOCOLS[args.protocol]
+    if not args.quick and (args.protocol, args.env) not in REGISTERED:
+        raise SystemExit(f"error: --env {args.env} has no pre-registered comparison under --protocol "
+                         f"{args.protocol}; write its budget and evaluation points into the docstring and REGISTERED "
+                         "(committed before its first run), or check the pipeline with --quick")
+    seeds = args.seeds or list(protocol.seeds)
+    name = NAME if args.protocol == "first" and not args.quick else f"{NAME}_{args.protocol}_{args.env}"
     load_before = load_average()
     started = time.perf_counter()
     record = Path(args.log_dir) / "runs.jsonl"
-    done = finished_runs(record, budget, every, extra)
+    done = finished_runs(record, protocol, args.env)
     runs = []
     for seed in seeds:
         for method in args.methods:
@@ -222,29 +414,42 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 result = done[(method, seed)]
                 print(f"{method} seed {seed}: kept from {record}", flush=True)
             else:
-                result = run(method, seed, budget, every, Path(args.log_dir), extra)
-                append_run(record, result, budget, every, extra)
+                result = run(method, seed, protocol, args.env, Path(args.log_dir))
+                append_run(record, result, protocol)
             runs.append(result)
-            print(f"{method} seed {seed}: {result['steps']} steps, {result['tokens']} tokens, held-out "
+            print(f"{method} seed {seed}: {result['steps']} steps, {result['tokens']} tokens, "
+                  f"{result['seconds']:.0f} s ({result['eval_seconds']:.0f} s evaluating), held-out "
                   f"{' -> '.join(f'{v:.2f}' for _, v in result['curve'])}", flush=True)
+    summary = summarize(runs, protocol)
     report = {
         "benchmark": NAME,
         "command": " ".join(["python", "benchmarks/learning_claims.py", *argv]),
         "quick": args.quick,
         "machine": {**machine_info(), "load_before": load_before, "load_after": load_average()},
-        "config": {"budget_tokens": budget, "eval_every_tokens": every, "seeds": list(seeds),
-                   "methods": {m: METHODS[m] for m in args.methods}, "common": COMMON},
+        "config": {"protocol": args.protocol, "env": args.env, "budget_tokens": protocol.budget,
+                   "eval_at_tokens": list(protocol.eval_at),
+                   "held_out_problems": {"start": protocol.start_problems, "mid": protocol.mid_problems,
+                                         "end": protocol.end_problems},
+                   "rule": protocol.rule, "seeds": seeds, "protocol_overrides": list(protocol.overrides),
+                   "methods": {m: task(args.env).methods()[m] for m in args.methods},
+                   "common": [*task(args.env).overrides, *RUN]},
         "wall_seconds": time.perf_counter() - started,
         "runs": runs,
-        **summarize(runs),
+        **summary,
     }
     directory = out_dir(args.out_dir, args.quick)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{NAME}.json").write_text(json.dumps(report, indent=1))
-    plot(runs, directory / f"{NAME}.png")
+    (directory / f"{name}.json").write_text(json.dumps(report, indent=1))
+    plot(runs, summary["comparisons"], directory / f"{name}.png",
+         f"{args.env}, {args.protocol} protocol{' (--quick)' if args.quick else ''}: AT-GRPO vs trajectory GRPO "
+         "vs single agent")
     for key, value in report["comparisons"].items():
-        print(f"{key}: {value['difference']:+.3f} (margin {value['margin']:.3f}): {value['verdict']}")
-    print(f"wrote {directory / (NAME + '.json')} and {NAME}.png")
+        if "low" in value:
+            print(f"{key}: {value['mean']:+.3f}, 95% interval [{value['low']:+.3f}, {value['high']:+.3f}] over "
+                  f"{value['pairs']} paired seeds ({value['above']} above, {value['below']} below): {value['verdict']}")
+        else:
+            print(f"{key}: {value['difference']:+.3f} (margin {value['margin']:.3f}): {value['verdict']}")
+    print(f"wrote {directory / (name + '.json')} and {name}.png")
     return report
 
 
