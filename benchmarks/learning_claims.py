@@ -1,7 +1,7 @@
 """The paper's claim at CPU scale: AT-GRPO against trajectory GRPO and single-agent GRPO, on held-out problems.
 
     python benchmarks/learning_claims.py                   # pre-registration 2: 3 methods x 8 paired seeds, vault
-    python benchmarks/learning_claims.py --quick           # a short end-to-end check (1 seed, tiny budget; slow lane)
+    python benchmarks/learning_claims.py --quick           # a short end-to-end check (1 seed, tiny random model and budget; bench lane)
     python benchmarks/learning_claims.py --seeds 0 1       # some of the seeds; runs already finished are kept (below)
     python benchmarks/learning_claims.py --protocol first  # pre-registration 1, as it ran (3 seeds)
     python benchmarks/learning_claims.py --env cpu_sudoku --quick   # a built-in game, through its cpu_<env> preset
@@ -214,8 +214,11 @@ PAIRED = Protocol(budget=3000, eval_at=(1000, 2000), start_problems=32, mid_prob
 FIRST = Protocol(budget=3000, eval_at=(600, 1200, 1800, 2400), start_problems=64, mid_problems=64, end_problems=64,
                  seeds=(0, 1, 2), rule="sd_margin")
 # --quick: the pipeline end to end at a tiny budget (its figures mean nothing)
-QUICK = Protocol(budget=120, eval_at=(60,), start_problems=4, mid_problems=4, end_problems=8, seeds=(0,),
-                 rule="paired_bootstrap", overrides=("optim.micro_batch_max_tokens=1024",))
+# (the tiny random model and 2 problems per step: the bench lane runs it in CI, where the real model took minutes)
+QUICK = Protocol(budget=40, eval_at=(20,), start_problems=4, mid_problems=4, end_problems=8, seeds=(0,),
+                 rule="paired_bootstrap", overrides=("optim.micro_batch_max_tokens=1024",
+                                                     "base_models.policy_0.path=tiny-random-smollm2",
+                                                     "training.train_batch_size=2"))
 PROTOCOLS = {"paired": PAIRED, "first": FIRST}
 # the comparisons that are pre-registered (protocol, env); any other full run is refused
 REGISTERED = {("paired", "vault"), ("first", "vault")}
