@@ -17,6 +17,13 @@ PAPER = {  # preset -> (env, agents, K, max_turns): the public reference's launc
     "paper_sudoku": ("sudoku", {"tool_agent", "plan_agent"}, 8, 4),
     "paper_plan_path": ("plan_path", {"tool_agent", "plan_agent"}, 8, 4),
 }
+CPU = {  # preset -> (env, env options): the packaged SmolLM2-135M on boards it can learn on a CPU
+    "cpu_plan_path": ("plan_path", {"size": 3, "wall_prob": 0.0}),
+    "cpu_sudoku": ("sudoku", {"size": 4, "holes": 1}),
+}
+TINY_STEP = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",
+             "training.train_batch_size=1", "rollout.branching=2", "env.max_val_problems=2", "training.val_freq=1",
+             "resources.use_ray=false", "training.export_hf=false", "training.plot=false"]
 
 
 def env_roles(name: str) -> set[str]:
@@ -27,7 +34,7 @@ def env_roles(name: str) -> set[str]:
 
 def test_every_preset_file_is_global_and_tested():
     presets = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
-    assert presets == sorted([*PAPER, "quick_test"])
+    assert presets == sorted([*PAPER, *CPU, "quick_test"])
     for name in presets:
         first = (CONFIG_DIR / "experiment" / f"{name}.yaml").read_text().splitlines()[0]
         assert first == "# @package _global_", f"{name}.yaml must start with '# @package _global_'"
@@ -69,3 +76,29 @@ def test_quick_test_runs_end_to_end(tmp_path):
     rows = [json.loads(line) for line in (run / "summary.log").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and "val/procedural/success_rate" in rows[-1]
     assert (run / "curves.png").is_file() and Path(run / "hf" / "policy_0").is_dir()
+
+
+@pytest.mark.parametrize("name", sorted(CPU))
+def test_cpu_presets_train_the_packaged_model_and_validate_64_held_out_problems(name):
+    env, options = CPU[name]
+    cfg = load_config("train", [f"+experiment={name}"])
+    policy = cfg.base_models["policy_0"]
+    assert (policy.path, policy.dtype, policy.lora.rank) == ("smollm2-135m-instruct", "float32", 32)
+    assert (cfg.env.name, dict(cfg.env.options), cfg.specialization, list(cfg.env.agents)) == (env, options, "L0",
+                                                                                             ["plan_agent"])
+    assert dict(cfg.agents["plan_agent"].options) == {"prompt": "compact"}
+    # fresh generated problems to train on, the env's test seeds (disjoint) to validate on, before and after
+    assert cfg.env.dataset is None and list(cfg.env.benchmark) == [] and cfg.env.max_val_problems >= 64
+    t = cfg.training
+    assert t.val_before_train and t.val_freq == t.total_training_steps and t.experiment_name == name
+
+
+@pytest.mark.parametrize("name", sorted(CPU))
+def test_cpu_presets_run_one_tiny_step(name, tmp_path, capsys):
+    from pettingllms.cli import main
+
+    assert main(["train", f"+experiment={name}", f"training.log_dir={tmp_path}", *TINY_STEP]) == 0
+    (run,) = tmp_path.glob(f"{name}/*/*")
+    rows = [json.loads(line) for line in (run / "summary.log").read_text().splitlines()]
+    assert [r["step"] for r in rows if "val/procedural/success_rate" in r] == [0, 1]
+    assert "held-out procedural (2 problems, validation sampling): success" in capsys.readouterr().out

@@ -29,3 +29,19 @@ def test_the_vault_page_names_its_agents_and_every_option():
     options = [name for name in inspect.signature(env.__init__).parameters if name not in ("self", "options")]
     for option in options:
         assert f"`env.{option}`" in page or f"`env.options.{option}`" in page, option
+
+
+def test_the_games_page_names_the_plan_prompts_and_each_cpu_presets_board():
+    from pettingllms.config.load import CONFIG_DIR
+    from pettingllms.entry.train import load_config
+    from pettingllms.envs.games_common.agents import PROMPTS
+
+    page = (ROOT / "docs" / "environments" / "games.md").read_text()
+    assert "`agents.plan_agent.options.prompt`" in page
+    assert all(f"| `{prompt}`" in page for prompt in PROMPTS)
+    presets = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("cpu_*.yaml"))
+    assert presets
+    for name in presets:
+        cfg = load_config("train", [f"+experiment={name}"])
+        board = ", ".join(f"{key}: {value}" for key, value in cfg.env.options.items())
+        assert f"`{name}` | " in page and f"(`{board}`)" in page, (name, board)

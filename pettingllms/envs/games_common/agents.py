@@ -11,6 +11,7 @@ from .parsing import extract_code, text_after_last
 
 PLAN_MARKER = "####"
 HISTORY_SHOWN = 3
+PROMPTS = ("full", "compact")
 
 TOOL_SYSTEM = (
     "You are the tool agent of a two-agent team solving a puzzle. You write a Python 3 program (standard "
@@ -76,13 +77,30 @@ class ToolAgent(Agent):
         return float(tool.sim_reward) if tool is not None else 0.0
 
 
+def _compact_ask(instructions: str, board_text: str, positions: str, rest: str) -> str:
+    return f"{instructions}\nBoard:\n{board_text}\n{positions}\n{rest}Give the action list after {PLAN_MARKER}."
+
+
 class PlanAgent(Agent):
-    """Decides the real actions; ``parse`` returns the answer text after the last ``####`` (or None)."""
+    """Decides the real actions; ``parse`` returns the answer text after the last ``####`` (or None).
+
+    ``prompt="full"``: the system message, rules, board, earlier turns and the tool's report. ``"compact"``, for
+    models too small to follow that (SmolLM2-135M answers it with no move at all): no system message, the board's
+    positions in words, and first one worked example, a solved puzzle of the same kind from a seed in neither split.
+    """
 
     known_options = ()
 
+    def __init__(self, name: str, prompt: str = "full", **options: Any) -> None:
+        super().__init__(name, **options)
+        if prompt not in PROMPTS:
+            raise ValueError(f"prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
+        self.prompt = prompt
+
     def observe(self, state: GameState, turn: int) -> list[Message]:
         del turn
+        if self.prompt == "compact":
+            return self._compact(state)
         has_tool_run = state.tool is not None and state.tool.verdict != "no-code"
         advice = "Adopt the tool's actions if they are right, or override them. " if has_tool_run else ""
         user = (
@@ -90,6 +108,17 @@ class PlanAgent(Agent):
             f"Think briefly, then give the final action list on the last line after {PLAN_MARKER}."
         )
         return [{"role": "system", "content": PLAN_SYSTEM}, {"role": "user", "content": user}]
+
+    def _compact(self, state: GameState) -> list[Message]:
+        tool = _tool_report(state) if state.tool is not None else ""
+        earlier = _history(state).lstrip("\n")
+        messages: list[Message] = []
+        if state.example is not None:
+            ex = state.example
+            messages += [{"role": "user", "content": _compact_ask(state.instructions, ex.board_text, ex.positions, "")},
+                         {"role": "assistant", "content": f"{PLAN_MARKER} {ex.answer}"}]
+        ask = _compact_ask(state.instructions, state.board_text, state.positions, earlier + tool)
+        return messages + [{"role": "user", "content": ask}]
 
     def parse(self, response: str) -> str | None:
         try:

@@ -30,6 +30,8 @@ from .runner import ProgramRunner, tool_runner
 TOOL = "tool_agent"
 PLAN = "plan_agent"
 TEST_SEED_OFFSET = 10**9  # train seeds are [0, 1e9), test seeds [1e9, ...): disjoint by construction
+EXAMPLE_SEED = -1  # the worked example's puzzle: in neither split, so no prompt shows a training or test answer
+EXAMPLE_SEARCH_STATES = 20_000  # a solver search bigger than this gives no worked example (the prompt goes without)
 SHOWN_CODE_CHARS = 3000
 SHOWN_OUTPUT_CHARS = 1500
 
@@ -57,11 +59,22 @@ class ToolRecord:
 
 
 @dataclass(frozen=True)
+class WorkedExample:
+    """A solved puzzle of the episode's kind, shown before the real one by the plan agent's compact prompt."""
+
+    board_text: str
+    positions: str
+    answer: str  # an action list that solves it, in the game's answer format
+
+
+@dataclass(frozen=True)
 class GameState:
     game: str
     instructions: str  # rules and answer format of this game (static per episode)
     board: Any  # the game's frozen board
     board_text: str
+    positions: str = ""  # where things are on the board, in words (the compact prompt's help for small models)
+    example: WorkedExample | None = None  # a solved puzzle of the same kind (None when the solver gave up)
     tool: ToolRecord | None = None  # the latest tool run (this turn's, once the tool has acted)
     plan_actions: tuple = ()
     plan_reward: float = 0.0
@@ -95,6 +108,14 @@ class Game(ABC):
 
     @abstractmethod
     def render(self, board: Any) -> str: ...
+
+    @abstractmethod
+    def positions(self, board: Any) -> str:
+        """Where the pieces are, in words with 0-based rows and columns (the same board as ``render``)."""
+
+    @abstractmethod
+    def solution(self, board: Any, max_states: int) -> str | None:
+        """An answer that solves ``board``, in the answer format; None when a search of ``max_states`` finds none."""
 
     @abstractmethod
     def rules(self, board: Any) -> str: ...
@@ -166,6 +187,8 @@ class GameEnv(Env):
             instructions=self.game.rules(board),
             board=board,
             board_text=self.game.render(board),
+            positions=self.game.positions(board),
+            example=worked_example(self.game),
             solved=self.game.is_solved(board),
         )
 
@@ -204,6 +227,7 @@ class GameEnv(Env):
             state,
             board=outcome.board,
             board_text=self.game.render(outcome.board),
+            positions=self.game.positions(outcome.board),
             plan_actions=tuple(actions),
             plan_reward=outcome.reward,
             real_return=state.real_return + outcome.reward,
@@ -229,6 +253,19 @@ class GameEnv(Env):
         if isinstance(state, GameState):
             return f"{state.game} step {state.plan_steps} return {state.real_return:+.2f}\n{state.board_text}"
         return repr(state)[:500]
+
+
+@functools.lru_cache(maxsize=64)
+def worked_example(game: Game) -> WorkedExample | None:
+    """The puzzle of ``EXAMPLE_SEED`` with its solution (once per game setting and process)."""
+    try:
+        board = game.board_from_data(game.generate(EXAMPLE_SEED))
+    except RuntimeError:  # a setting the generator cannot build this seed for: the prompt goes without an example
+        return None
+    answer = game.solution(board, EXAMPLE_SEARCH_STATES)
+    if answer is None:
+        return None
+    return WorkedExample(game.render(board), game.positions(board), answer)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -42,20 +42,30 @@ class PathBoard:
     max_moves: int = 200
 
 
-def shortest_path_length(walls: frozenset[Cell], height: int, width: int, start: Cell, goal: Cell) -> int | None:
-    """BFS distance, or None when the goal is unreachable."""
-    dist = {start: 0}
+def shortest_path(walls: frozenset[Cell], height: int, width: int, start: Cell, goal: Cell) -> list[str] | None:
+    """The moves of a shortest path by BFS, or None when the goal is unreachable."""
+    came_from: dict[Cell, tuple[Cell, str] | None] = {start: None}
     queue = deque([start])
     while queue:
         cell = queue.popleft()
         if cell == goal:
-            return dist[cell]
-        for dr, dc in DIRECTIONS.values():
+            moves = []
+            while came_from[cell] is not None:
+                cell, name = came_from[cell]
+                moves.append(name)
+            return moves[::-1]
+        for name, (dr, dc) in DIRECTIONS.items():
             nxt = (cell[0] + dr, cell[1] + dc)
-            if 0 <= nxt[0] < height and 0 <= nxt[1] < width and nxt not in walls and nxt not in dist:
-                dist[nxt] = dist[cell] + 1
+            if 0 <= nxt[0] < height and 0 <= nxt[1] < width and nxt not in walls and nxt not in came_from:
+                came_from[nxt] = (cell, name)
                 queue.append(nxt)
     return None
+
+
+def shortest_path_length(walls: frozenset[Cell], height: int, width: int, start: Cell, goal: Cell) -> int | None:
+    """BFS distance, or None when the goal is unreachable."""
+    path = shortest_path(walls, height, width, start, goal)
+    return None if path is None else len(path)
 
 
 def generate_grid(seed: int, size: int = 10, wall_prob: float = 0.22) -> tuple[list[str], int]:
@@ -144,6 +154,15 @@ class PlanPathGame(Game):
             return "G" if cell == board.goal else "#" if cell in board.walls else "."
 
         return "\n".join("".join(symbol((r, c)) for c in range(board.width)) for r in range(board.height))
+
+    def positions(self, board: PathBoard) -> str:
+        return (f"You are at row {board.position[0]}, column {board.position[1]}. "
+                f"The goal is at row {board.goal[0]}, column {board.goal[1]}.")
+
+    def solution(self, board: PathBoard, max_states: int) -> str | None:
+        del max_states  # a grid's BFS visits each cell once
+        path = shortest_path(board.walls, board.height, board.width, board.position, board.goal)
+        return None if path is None else " ".join(path)
 
     def rules(self, board: PathBoard) -> str:
         return (

@@ -236,6 +236,17 @@ class SokobanGame(Game):
         floor = {(r, c) for r in range(board.height) for c in range(board.width)} - board.walls
         return "\n".join(render_rows(board.height, board.width, floor, board.goals, board.boxes, board.player))
 
+    def positions(self, board: SokobanBoard) -> str:
+        parts = [f"You are at row {board.player[0]}, column {board.player[1]}."]
+        for label, where in (("Box", board.boxes - board.goals), ("Box on a goal", board.boxes & board.goals),
+                             ("Goal", board.goals - board.boxes)):
+            parts += [f"{label} at row {r}, column {c}." for r, c in sorted(where)]
+        return " ".join(parts)
+
+    def solution(self, board: SokobanBoard, max_states: int) -> str | None:
+        moves = solve_bfs(board, max_states)
+        return None if moves is None else " ".join(moves)
+
     def rules(self, board: SokobanBoard) -> str:
         return (
             "Sokoban. Push every box onto a goal. Symbols: # wall, _ floor, . goal, $ box, * box on a goal, "

@@ -213,6 +213,16 @@ class SudokuGame(Game):
     def render(self, board: SudokuBoard) -> str:
         return "\n".join(" ".join(str(v) if v else "." for v in row) for row in board.grid)
 
+    def positions(self, board: SudokuBoard) -> str:
+        empty = [(r, c) for r in range(board.size) for c in range(board.size) if not board.grid[r][c]]
+        return "Empty cells (row, column): " + (", ".join(f"({r}, {c})" for r, c in empty) or "none") + "."
+
+    def solution(self, board: SudokuBoard, max_states: int) -> str | None:
+        del max_states  # the board carries its unique solution
+        fills = [f"[{r}, {c}, {board.solution[r][c]}]" for r in range(board.size) for c in range(board.size)
+                 if board.grid[r][c] != board.solution[r][c]]
+        return "[" + ", ".join(fills) + "]"
+
     def rules(self, board: SudokuBoard) -> str:
         n = board.size
         br, bc = box_shape(n)

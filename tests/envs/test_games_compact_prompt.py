@@ -1,0 +1,117 @@
+"""The plan agent's compact prompt (a worked example and the board's positions in words, for SmolLM2-135M) and the
+small settings of the CPU presets: the games keep their real rules at those sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from pettingllms.assembly.construct import check_options
+from pettingllms.core import ConfigError, Problem
+from pettingllms.envs.games_common.agents import PlanAgent
+from pettingllms.envs.games_common.base import EXAMPLE_SEED, PLAN, TEST_SEED_OFFSET, worked_example
+from pettingllms.envs.games_common.runner import EchoRunner
+from pettingllms.envs.plan_path.env import PlanPathEnv, shortest_path_length
+from pettingllms.envs.sokoban.env import SokobanEnv, is_solved, solve_bfs
+from pettingllms.envs.sudoku.env import SudokuEnv, count_solutions
+
+SETTINGS = [  # the presets' settings and the envs' defaults
+    (PlanPathEnv, {"size": 3, "wall_prob": 0.0}),
+    (PlanPathEnv, {}),
+    (SudokuEnv, {"holes": 1}),
+    (SudokuEnv, {}),
+    (SokobanEnv, {"size": 5}),
+    (SokobanEnv, {}),
+]
+
+
+def make(cls, **options):
+    return cls(runner=EchoRunner(), **options)
+
+
+@pytest.mark.parametrize("cls,options", SETTINGS)
+def test_the_worked_example_is_a_real_puzzle_its_answer_solves(cls, options):
+    env = make(cls, **options)
+    example = worked_example(env.game)
+    assert example is not None
+    state = env.reset(Problem("example", {"seed": EXAMPLE_SEED}), 0)
+    assert (state.board_text, state.positions) == (example.board_text, example.positions)
+    assert not env.success(state)
+    played = env.step(state, PLAN, example.answer)  # the answer as the plan agent would give it
+    assert played.terminated and env.success(played.state)
+
+
+@pytest.mark.parametrize("cls,options", SETTINGS)
+def test_the_example_seed_is_in_neither_split(cls, options):
+    env = make(cls, **options)
+    seeds = {p.data["seed"] for split in ("train", "test") for p in env.procedural_problems(split, 200)}
+    assert EXAMPLE_SEED not in seeds and not 0 <= EXAMPLE_SEED < TEST_SEED_OFFSET
+
+
+def test_the_compact_prompt_shows_the_example_then_the_board_with_its_positions():
+    env = make(PlanPathEnv, size=3, wall_prob=0.0)
+    state = env.reset(env.procedural_problems("test", 1)[0], 0)
+    messages = PlanAgent(PLAN, prompt="compact").observe(state, 0)
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]  # no system message
+    assert messages[1]["content"] == f"#### {state.example.answer}"
+    ask = messages[2]["content"]
+    assert state.board_text in ask and state.positions in ask and ask.endswith("Give the action list after ####.")
+    r, c = state.board.position
+    assert f"You are at row {r}, column {c}." in state.positions
+    assert state.board_text.splitlines()[r][c] == "@"
+
+
+def test_after_a_move_the_positions_and_the_earlier_turn_follow_the_real_board():
+    env = make(PlanPathEnv, size=3, wall_prob=0.0)
+    state = env.reset(Problem("p", {"rows": ["S..", "...", "..G"]}), 0)
+    moved = env.step(state, PLAN, "R").state
+    assert moved.positions == "You are at row 0, column 1. The goal is at row 2, column 2."
+    ask = PlanAgent(PLAN, prompt="compact").observe(moved, 1)[-1]["content"]
+    assert "turn 1: applied [R]" in ask and "@." in ask
+
+
+def test_the_full_prompt_is_unchanged_by_default():
+    env = make(SudokuEnv, holes=1)
+    state = env.reset(env.procedural_problems("test", 1)[0], 0)
+    messages = PlanAgent(PLAN).observe(state, 0)
+    assert [m["role"] for m in messages] == ["system", "user"] and state.positions not in messages[1]["content"]
+
+
+def test_sudoku_and_sokoban_positions_name_the_real_cells():
+    sudoku = make(SudokuEnv, holes=2)
+    board = sudoku.reset(sudoku.procedural_problems("test", 1)[0], 0).board
+    empty = [(r, c) for r in range(4) for c in range(4) if board.grid[r][c] == 0]
+    assert sudoku.game.positions(board) == "Empty cells (row, column): " + ", ".join(map(str, empty)) + "."
+    sokoban = make(SokobanEnv)
+    board = sokoban.reset(Problem("corridor", {"rows": ["#######", "#@_$_.#", "#######"]}), 0).board
+    assert sokoban.game.positions(board) == "You are at row 1, column 1. Box at row 1, column 3. Goal at row 1, column 5."
+
+
+def test_an_unknown_prompt_is_refused_and_the_option_is_known_to_the_config_check():
+    with pytest.raises(ValueError, match="prompt must be one of full, compact"):
+        PlanAgent(PLAN, prompt="short")
+    check_options(PlanAgent, {"prompt": "compact"}, "agents.plan_agent.options", positional=1)
+    with pytest.raises(ConfigError, match="prompt"):
+        check_options(PlanAgent, {"promt": "compact"}, "agents.plan_agent.options", positional=1)
+
+
+def test_small_settings_keep_the_real_rules():
+    path = make(PlanPathEnv, size=3, wall_prob=0.0)
+    sudoku = make(SudokuEnv, holes=1)
+    sokoban = make(SokobanEnv, size=5)
+    for problem in path.procedural_problems("test", 64):
+        board = path.reset(problem, 0).board
+        assert (board.height, board.width, board.walls) == (3, 3, frozenset()) and board.position != board.goal
+        assert board.optimal == shortest_path_length(board.walls, 3, 3, board.position, board.goal) >= 1
+    for problem in sudoku.procedural_problems("test", 64):
+        state = sudoku.reset(problem, 0)
+        board = state.board
+        assert sum(v == 0 for row in board.clues for v in row) == 1 and count_solutions(board.clues, 3) == 1
+        (r, c), = [(r, c) for r in range(4) for c in range(4) if board.clues[r][c] == 0]
+        wrong = next(v for v in range(1, 5) if v != board.solution[r][c])
+        assert not sudoku.success(sudoku.step(state, PLAN, f"[[{r}, {c}, {wrong}]]").state)  # a full grid is not enough
+        clue = next((i, j) for i in range(4) for j in range(4) if board.clues[i][j])
+        changed = sudoku.step(state, PLAN, f"[[{clue[0]}, {clue[1]}, {board.clues[clue[0]][clue[1]] % 4 + 1}]]").state
+        assert changed.board.grid == board.grid  # a clue never changes
+    for problem in sokoban.procedural_problems("test", 64):
+        board = sokoban.reset(problem, 0).board
+        assert not is_solved(board) and solve_bfs(board) is not None
