@@ -138,6 +138,31 @@ def use_adapter(model: nn.Module, name: str | None) -> Iterator[nn.Module]:
         _restore_flags(flags)
 
 
+BASE_ROWS = "__base__"  # peft's name, in a mixed batch, for rows that use the base weights
+
+
+@contextmanager
+def per_row_adapters(model: nn.Module, names: Sequence[str | None]) -> Iterator[list[str] | None]:
+    """Route each row of an inference batch through its own adapter (None: the base weights).
+
+    Yields None when every row names the same adapter (then this is ``use_adapter`` of it), else the per-row list to
+    pass as the forward's ``adapter_names`` keyword: peft's mixed-batch forward computes the base layer once over the
+    whole batch and adds each adapter's low-rank term to its own rows only, so one decode step serves every agent
+    instead of one step per adapter. Inference only: peft refuses ``adapter_names`` in train mode.
+    """
+    distinct = set(names)
+    if len(distinct) <= 1:
+        with use_adapter(model, next(iter(distinct), None)):
+            yield None
+        return
+    unknown = sorted(distinct - {None} - set(adapter_names(model)))
+    if unknown:
+        raise ConfigError(f"unknown LoRA adapters {unknown}; this model has {sorted(adapter_names(model))}")
+    # Any real adapter: it enables the LoRA layers, which the mixed-batch forward needs (disabled layers skip it).
+    with use_adapter(model, min(n for n in distinct if n is not None)):
+        yield [BASE_ROWS if name is None else name for name in names]
+
+
 def _route(model, name: str | None) -> None:
     """Point the LoRA layers at ``name`` (enabled) or disable them all (None); flags are fixed by the caller.
 

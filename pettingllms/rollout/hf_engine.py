@@ -24,9 +24,11 @@ one draw (inverse CDF, one uniform per row) from the engine's own ``torch.Genera
 defaults. Prompts of the context window's length or longer fail; max_tokens is clipped so that prompt +
 response fit the window.
 
-Requests are grouped by LoRA adapter (``use_adapter``; None = base weights), each group is cut into
-batches under a token budget (rows x (longest prompt + largest max_tokens) <= max_batch_tokens) and a row
-cap, and results come back in request order. A batch that raises is retried request by request; a request
+Requests are cut into batches under a token budget (rows x (longest prompt + largest max_tokens) <=
+max_batch_tokens) and a row cap, whatever LoRA adapter each names (None = base weights): a batch whose rows name
+several adapters runs each row through its own (``per_row_adapters``: peft's mixed-batch forward), so an L2 call
+with every agent's requests decodes them together instead of one adapter after another. Results come back in
+request order. A batch that raises is retried request by request; a request
 that still fails (or has an invalid prompt) gets ``finish_reason="error"`` completions with no tokens, and
 the exception is logged with its traceback (``rollout/local_engine.py``, shared with the vLLM engine).
 """
@@ -34,7 +36,6 @@ the exception is logged with its traceback (``rollout/local_engine.py``, shared 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -44,7 +45,7 @@ import torch.nn as nn
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import FINISH_LENGTH, FINISH_STOP, Completion, GenerationRequest, GenerationResult
-from pettingllms.models.lora import adapter_names, use_adapter
+from pettingllms.models.lora import adapter_names, per_row_adapters
 from pettingllms.rollout.kv_cache import keep_rows, new_kv_cache
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
 from pettingllms.rollout.sampling import sample_tokens, token_logprobs
@@ -116,17 +117,12 @@ class HFEngine:
         requests = list(requests)
         refuse_unknown_adapters(requests, adapter_names(self.model), "the model")
         completions, runnable = screen_prompts(requests, self.vocab_size, self.context_window, logger)
-        by_adapter: dict[str | None, list[_Unit]] = defaultdict(list)
-        for index in runnable:
-            by_adapter[requests[index].adapter].extend(self._units(index, requests[index]))
+        units = [unit for index in runnable for unit in self._units(index, requests[index])]
         with self._generation_mode():
-            for adapter, units in by_adapter.items():
-                with use_adapter(self.model, adapter):
-                    for batch in self._plan_batches(units):
-                        done = run_or_retry_one_by_one(batch, self._run_batch, lambda u: u.request, lambda u: u.rows,
-                                                       logger)
-                        for unit, unit_done in zip(batch, done):
-                            completions[unit.index].extend(unit_done)
+            for batch in self._plan_batches(units):
+                done = run_or_retry_one_by_one(batch, self._run_batch, lambda u: u.request, lambda u: u.rows, logger)
+                for unit, unit_done in zip(batch, done):
+                    completions[unit.index].extend(unit_done)
         return [GenerationResult(r.request_id, tuple(c)) for r, c in zip(requests, completions)]
 
     # ---- planning ----
@@ -179,19 +175,24 @@ class HFEngine:
         prompts, prompt_mask, positions = left_pad([u.request.prompt_ids for u in batch], self.pad_id)
         capacity = prompts.shape[1] + max(u.max_new for u in batch)
         cache = new_kv_cache(self.model.config, capacity)
-        logits = self._forward(prompts, prompt_mask, positions, cache)  # [R, V]
+        with per_row_adapters(self.model, [u.request.adapter for u in batch]) as unit_adapters:
+            logits = self._forward(prompts, prompt_mask, positions, cache, unit_adapters)  # [R, V]
 
-        row_unit = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor([u.rows for u in batch]))
-        mask = keep_rows(cache, prompt_mask, row_unit)
-        logits, next_position = logits[row_unit], positions[row_unit, -1] + 1
-        params = _row_params(batch, row_unit)
-        tokens, logprobs, lengths, stopped = self._decode(logits, mask, next_position, cache, params)
+            row_unit = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor([u.rows for u in batch]))
+            mask = keep_rows(cache, prompt_mask, row_unit)
+            logits, next_position = logits[row_unit], positions[row_unit, -1] + 1
+            params = _row_params(batch, row_unit)
+            row_adapters = None if unit_adapters is None else [unit_adapters[u] for u in row_unit.tolist()]
+            tokens, logprobs, lengths, stopped = self._decode(logits, mask, next_position, cache, params,
+                                                              row_adapters)
         return self._completions(batch, row_unit, tokens, logprobs, lengths, stopped)
 
-    def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
-        """One model call; returns float32 logits of the last position, [rows, vocab]."""
+    def _forward(self, input_ids, attention_mask, position_ids, cache, adapters=None) -> torch.Tensor:
+        """One model call; returns float32 logits of the last position, [rows, vocab]. ``adapters``: each row's
+        adapter in a batch that mixes them (``per_row_adapters``), else None."""
         autocast = (torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype)
                     if self.autocast_dtype is not None else nullcontext())
+        routing = {} if adapters is None else {"adapter_names": adapters}
         with autocast:
             out = self.model(
                 input_ids=input_ids,
@@ -200,15 +201,17 @@ class HFEngine:
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **routing,
             )
         return out.logits[:, -1, :].float()
 
-    def _decode(self, logits, mask, next_position, cache, params):
+    def _decode(self, logits, mask, next_position, cache, params, adapters=None):
         """The decode loop. Rows leave the batch (and the KV cache) as soon as they finish.
 
         logits: [B, V] for the first response token; mask: [B, T] attention mask of the cache;
-        next_position: [B] position id of the next token. Returns tokens [B, M], logprobs [B, M],
-        lengths [B] and stopped [B] (True = ended with eos), indexed by original row.
+        next_position: [B] position id of the next token; adapters: each row's adapter when the batch mixes them.
+        Returns tokens [B, M], logprobs [B, M], lengths [B] and stopped [B] (True = ended with eos), indexed by
+        original row.
         """
         rows = logits.shape[0]
         max_new = int(params["max_tokens"].max())
@@ -233,8 +236,10 @@ class HFEngine:
                     break
                 active, sampled, next_position = active[keep], sampled[keep], next_position[keep]
                 mask = keep_rows(cache, mask, keep)
+                if adapters is not None:
+                    adapters = [adapters[row] for row in keep.tolist()]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            logits = self._forward(sampled[:, None], mask, next_position[:, None], cache)
+            logits = self._forward(sampled[:, None], mask, next_position[:, None], cache, adapters)
             next_position = next_position + 1
         return tokens, logprobs, lengths, stopped
 

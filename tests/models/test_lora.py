@@ -143,3 +143,26 @@ def test_load_model_arguments_are_checked(tiny_dir):
 def test_bfloat16_load(tiny_dir):
     model = load_model(tiny_dir, dtype="bfloat16")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
+def test_per_row_adapters_give_each_row_its_own_adapter_in_one_forward(two_adapters):
+    from pettingllms.models.lora import per_row_adapters
+
+    rows = torch.cat([IDS, IDS.flip(1), IDS])
+    names = ["alice", None, "bob"]
+    alone = []
+    for row, name in enumerate(names):
+        with use_adapter(two_adapters, name):
+            alone.append(_logits(two_adapters, rows[row : row + 1]))
+    two_adapters.eval()  # peft's mixed-batch forward is for inference only
+    with per_row_adapters(two_adapters, names) as routing:
+        assert routing == ["alice", "__base__", "bob"]
+        with torch.no_grad():
+            mixed = two_adapters(input_ids=rows, adapter_names=routing).logits
+    torch.testing.assert_close(mixed, torch.cat(alone), rtol=0, atol=1e-5)
+    with per_row_adapters(two_adapters, ["bob", "bob"]) as routing:  # one adapter: plain routing, no keyword
+        assert routing is None
+        assert torch.equal(_logits(two_adapters), alone[2])  # rows[2] is IDS, under bob
+    with pytest.raises(ConfigError, match="carol"):
+        with per_row_adapters(two_adapters, ["alice", "carol"]):
+            pass

@@ -198,6 +198,26 @@ def test_each_adapter_generates_with_its_own_weights(lora_model, codec, prompts)
         assert list(completion.token_ids) == reference
 
 
+def test_one_call_decodes_every_adapters_rows_together(lora_model, codec, prompts):
+    """An L2 call holding every agent's requests is one batch (one model call per decode step), not one decode loop
+    per adapter; each row still gets its own adapter's greedy tokens (as generating it alone gives)."""
+    requests = [request(str(name), prompts[1], n=2, adapter=name) for name in ("alice", "bob", None)]
+    engine = HFEngine(lora_model, codec)
+    calls = []
+    hook = lora_model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        results = engine.generate(requests)
+    finally:
+        hook.remove()
+    longest = max(len(c.token_ids) for r in results for c in r.completions)
+    assert len(calls) == longest  # the prefill gives the first token, then one call per further token
+    for req, result in zip(requests, results):
+        alone = engine.generate([req])[0].completions[0]
+        assert [c.token_ids for c in result.completions] == [alone.token_ids] * 2
+        torch.testing.assert_close(torch.tensor(result.completions[0].logprobs), torch.tensor(alone.logprobs),
+                                   rtol=0, atol=1e-5)
+
+
 def test_unknown_adapter_is_a_configuration_error(lora_model, model, codec, prompts):
     with pytest.raises(ConfigError, match="carol"):
         HFEngine(lora_model, codec).generate([request("x", prompts[0], adapter="carol")])
