@@ -41,8 +41,8 @@ def test_a_missing_vllm_interpreter_is_a_note_not_a_failure(tmp_path):
     assert python is None and "no vLLM interpreter" in why and "install_vllm_cpu.sh" in why
 
 
-@pytest.mark.slow
-def test_quick_run_reports_both_levels_per_engine(tmp_path):
+@pytest.mark.bench
+def test_lora_vs_shared_quick_reports_both_levels_per_engine(tmp_path):
     import lora_vs_shared
     from _report import REQUIRED_FIELDS
 
