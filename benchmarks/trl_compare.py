@@ -196,7 +196,8 @@ class OurSide:
 
 
 class TRLRunFailed(Exception):
-    """A TRL configuration failed inside the worker (e.g. an allocation over the memory cap)."""
+    """A TRL configuration failed: inside the worker (e.g. an allocation over the memory cap), or the worker died
+    (e.g. killed by the kernel for memory)."""
 
 
 def trl_settings(args: argparse.Namespace, runs: list[dict], workdir: Path) -> dict:
@@ -211,7 +212,7 @@ def trl_settings(args: argparse.Namespace, runs: list[dict], workdir: Path) -> d
 def start_trl(settings: dict, workdir: Path, standalone: bool) -> tuple[subprocess.Popen, object]:
     if not TRL_PYTHON.is_file():
         raise SystemExit(f"{TRL_PYTHON} not found: run `bash benchmarks/trl/setup.sh` first")
-    name = "standalone" if standalone else "side_by_side"
+    name = ("standalone" if standalone else "side_by_side") + "_from_" + settings["runs"][0]["name"].replace("/", "_")
     path = workdir / f"trl_{name}.json"
     path.write_text(json.dumps(settings))
     log = open(workdir / f"trl_{name}_stderr.log", "w")
@@ -229,15 +230,23 @@ def read_marker(process: subprocess.Popen, log, wanted: str) -> dict:
         if line.startswith(f"TRL_{wanted} "):
             return json.loads(line[len(wanted) + 5:])
     log.flush()
-    tail = Path(log.name).read_text()[-3000:]
-    raise RuntimeError(f"the TRL worker exited (code {process.wait()}) before TRL_{wanted}:\n{tail}")
+    tail = Path(log.name).read_text()[-1000:]
+    raise TRLRunFailed(f"the TRL worker exited (code {process.wait()}) before TRL_{wanted}: {tail}")
 
 
 class TRLSide:
     """TRL's GRPOTrainer in .venv-trl, one configuration after the other, driven one step at a time."""
 
     def __init__(self, args: argparse.Namespace, runs: list[dict], workdir: Path) -> None:
+        self.args, self.runs, self.workdir = args, runs, workdir
         self.process, self.log = start_trl(trl_settings(args, runs, workdir), workdir, standalone=False)
+
+    def restart_after(self, name: str) -> None:
+        """After the worker died in run ``name``: a fresh worker for the runs after it."""
+        self.close()
+        rest = self.runs[[r["name"] for r in self.runs].index(name) + 1:]
+        if rest:
+            self.process, self.log = start_trl(trl_settings(self.args, rest, self.workdir), self.workdir, False)
 
     def ready(self) -> dict:
         """Wait until the next configuration's trainer is built (the worker is then idle, waiting for ``go``)."""
@@ -275,6 +284,8 @@ def measure_configuration(trl: TRLSide, configuration: dict, args: argparse.Name
     except TRLRunFailed as failure:
         result["error"] = str(failure)
         print(f"TRL configuration {configuration['name']} failed: {failure}", flush=True)
+        if trl.process.poll() is not None:  # the worker died; otherwise it went on to the next run itself
+            trl.restart_after(configuration["name"])
     return result
 
 
