@@ -231,7 +231,9 @@ def read_marker(process: subprocess.Popen, log, wanted: str) -> dict:
             return json.loads(line[len(wanted) + 5:])
     log.flush()
     tail = Path(log.name).read_text()[-1000:]
-    raise TRLRunFailed(f"the TRL worker exited (code {process.wait()}) before TRL_{wanted}: {tail}")
+    code = process.wait()
+    why = " (SIGKILL: the machine ran out of memory, or someone killed it)" if code == -9 else ""
+    raise TRLRunFailed(f"the TRL worker exited (code {code}){why} before TRL_{wanted}: {tail}")
 
 
 class TRLSide:
