@@ -1,22 +1,31 @@
-"""The TRL side of benchmarks/trl_compare.py: TRL's GRPOTrainer, one optimizer update per step, on command.
+"""The TRL side of benchmarks/trl_compare.py: TRL's GRPOTrainer, one optimizer update per step.
 
 Runs in .venv-trl (benchmarks/trl/setup.sh); it imports nothing from pettingllms. The driver writes a JSON
-settings file and starts ``.venv-trl/bin/python benchmarks/trl/trl_step.py SETTINGS.json``; then, for every
-step, it writes ``go`` on stdin and reads one ``TRL_STEP {...}`` line from stdout. A step is timed from
-``on_step_begin`` (before TRL generates) to ``on_step_end`` (after the optimizer step and the LR scheduler):
-generation, reward, advantages, forward, backward and the update.
+settings file and starts ``.venv-trl/bin/python benchmarks/trl/trl_step.py SETTINGS.json``. The settings list
+runs (TRL configurations), done one after the other in this one process, each with a fresh model and trainer:
+for each, the process prints ``TRL_READY {...}``, then per step waits for ``go`` on stdin and prints one
+``TRL_STEP {...}`` line, and ends the run with ``TRL_DONE`` (or ``TRL_FAILED {...}``: the run's error, e.g. an
+allocation over the memory cap, after which the next run starts). With ``--standalone`` the steps run back to
+back without waiting for ``go`` (TRL alone on the machine). A step is timed from ``on_step_begin`` (before TRL
+generates) to ``on_step_end`` (after the optimizer step and the LR scheduler): generation, reward, advantages,
+forward, backward and the update.
 
-Settings keys: model_dir, prompts (chat message lists), solutions, num_generations, max_completion_length,
-per_device_train_batch_size, gradient_accumulation_steps, steps, learning_rate, weight_decay, max_grad_norm, temperature, top_p, top_k, threads, output_dir.
+Settings keys: model_dir, threads, output_dir, memory_cap_gb (optional: the process's address-space limit, so
+a configuration too big for the machine fails here with an allocation error instead of waking the OOM killer),
+and runs: a list of {name, prompts (chat message lists), solutions, steps, grpo}, where grpo holds the
+``GRPOConfig`` arguments of the run, passed through as they are (the driver decides them).
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import resource
 import sys
 import time
 
+STARTED = time.perf_counter()  # before the heavy imports: the process's start-up is part of what READY reports
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -29,14 +38,29 @@ from trl.rewards import accuracy_reward  # noqa: E402
 MARKER = "TRL_STEP "
 
 
-class StepClock(TrainerCallback):
-    """Waits for ``go`` before each step, times it, and reports it once TRL has logged the step's metrics."""
+def reset_peak_rss() -> None:
+    """Start a new peak (VmHWM) for the next run: writing 5 to clear_refs resets it (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
-    def __init__(self) -> None:
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory since the last ``reset_peak_rss`` (VmHWM, in KiB)."""
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    return kib / 2**20
+
+
+class StepClock(TrainerCallback):
+    """Waits for ``go`` before each step (unless standalone), times it, and reports it once TRL has logged the
+    step's metrics."""
+
+    def __init__(self, standalone: bool) -> None:
+        self.standalone = standalone
         self.start = self.seconds = 0.0
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if sys.stdin.readline().strip() != "go":
+        if not self.standalone and sys.stdin.readline().strip() != "go":
             raise SystemExit("trl_step: expected 'go' on stdin")
         self.start = time.perf_counter()
 
@@ -48,56 +72,61 @@ class StepClock(TrainerCallback):
             return  # the end-of-training summary, not a step
         report = {"step": state.global_step, "seconds": self.seconds,
                   "mean_completion_length": logs["completions/mean_length"], "reward": logs.get("reward"),
-                  "clipped_ratio": logs.get("completions/clipped_ratio")}
+                  "clipped_ratio": logs.get("completions/clipped_ratio"), "peak_rss_gb": peak_rss_gb()}
         print(MARKER + json.dumps(report), flush=True)
 
 
-def main() -> None:
-    with open(sys.argv[1]) as f:
-        settings = json.load(f)
-    torch.set_num_threads(settings["threads"])
-    k = settings["num_generations"]
-    if settings["per_device_train_batch_size"] * settings["gradient_accumulation_steps"] != len(settings["prompts"]) * k:
-        raise SystemExit("trl_step: per_device_train_batch_size x gradient_accumulation_steps must equal B x K")
-    dataset = Dataset.from_list([{"prompt": p, "solution": s}
-                                 for p, s in zip(settings["prompts"], settings["solutions"])])
-    args = GRPOConfig(
-        output_dir=settings["output_dir"],
-        # One generation round of B prompts x K completions and one optimizer update per step, the update
-        # accumulated over micro-batches (per_device_train_batch_size x gradient_accumulation_steps = B x K;
-        # steps_per_generation defaults to gradient_accumulation_steps, so TRL generates once per update).
-        per_device_train_batch_size=settings["per_device_train_batch_size"],
-        gradient_accumulation_steps=settings["gradient_accumulation_steps"],
-        num_generations=k,
-        max_completion_length=settings["max_completion_length"],
-        max_steps=settings["steps"],
-        learning_rate=settings["learning_rate"],
-        lr_scheduler_type="constant",
-        weight_decay=settings["weight_decay"],
-        max_grad_norm=settings["max_grad_norm"],
-        temperature=settings["temperature"],
-        top_p=settings["top_p"],
-        top_k=settings["top_k"],
-        beta=0.0,  # no reference model, like the other side (KL off)
-        bf16=False,  # fp32 on both sides
-        use_cpu=True,
-        gradient_checkpointing=False,  # off on both sides
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-    )
+def run(settings: dict, spec: dict, standalone: bool) -> None:
+    """One TRL configuration: a fresh fp32 model and GRPOTrainer, ``spec["steps"]`` steps."""
+    reset_peak_rss()
+    grpo = spec["grpo"]
+    rows = grpo["per_device_train_batch_size"] * grpo["gradient_accumulation_steps"]
+    if rows != len(spec["prompts"]) * grpo["num_generations"]:
+        raise SystemExit(f"trl_step: run {spec['name']}: per_device_train_batch_size x gradient_accumulation_steps "
+                         f"must equal B x K (one generation round, one optimizer update per step)")
+    dataset = Dataset.from_list([{"prompt": p, "solution": s} for p, s in zip(spec["prompts"], spec["solutions"])])
+    args = GRPOConfig(output_dir=settings["output_dir"], max_steps=spec["steps"], use_cpu=True, logging_steps=1,
+                      save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                      **grpo)
+    # fp32 weights in every configuration (the same model as the other side); bf16=True is autocast over them.
     model = AutoModelForCausalLM.from_pretrained(settings["model_dir"], dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(settings["model_dir"])
     trainer = GRPOTrainer(model=model, reward_funcs=accuracy_reward, args=args, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[StepClock()])
+                          processing_class=tokenizer, callbacks=[StepClock(standalone)])
     prompt_lengths = [len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)["input_ids"])
-                      for p in settings["prompts"]]
-    print("TRL_READY " + json.dumps({"prompt_lengths": prompt_lengths}), flush=True)
+                      for p in spec["prompts"]]
+    ready = {"name": spec["name"], "prompt_lengths": prompt_lengths, "threads": torch.get_num_threads(),
+             "since_process_start_s": time.perf_counter() - STARTED,
+             "gradient_checkpointing": args.gradient_checkpointing, "bf16": args.bf16,
+             "per_device_train_batch_size": args.per_device_train_batch_size,
+             "gradient_accumulation_steps": args.gradient_accumulation_steps,
+             "steps_per_generation": args.steps_per_generation, "generation_batch_size": args.generation_batch_size}
+    print("TRL_READY " + json.dumps(ready), flush=True)
     trainer.train()
 
 
+def main(argv: list[str]) -> None:
+    standalone = "--standalone" in argv
+    with open([a for a in argv if not a.startswith("--")][0]) as f:
+        settings = json.load(f)
+    # On a shared machine out of memory, the kernel kills this benchmark process first, not someone else's work.
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+    if settings.get("memory_cap_gb"):
+        cap = int(settings["memory_cap_gb"] * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    torch.set_num_threads(settings["threads"])
+    for spec in settings["runs"]:
+        try:
+            run(settings, spec, standalone)
+        except (RuntimeError, MemoryError) as error:  # torch reports a failed allocation as a RuntimeError
+            print("TRL_FAILED " + json.dumps({"name": spec["name"], "error": f"{type(error).__name__}: {error}"[:500],
+                                               "peak_rss_gb": peak_rss_gb()}), flush=True)
+            continue
+        finally:
+            gc.collect()
+        print("TRL_DONE " + json.dumps({"name": spec["name"], "peak_rss_gb": peak_rss_gb()}), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -101,8 +101,23 @@ def test_trl_compare_quick(tmp_path):
     if not (ROOT / ".venv-trl" / "bin" / "python").is_file():
         pytest.skip("TRL venv missing: run `bash benchmarks/trl/setup.sh` first")
     report = run_quick("trl_compare", tmp_path)
-    timed = report["samples"]["timed"]
-    assert timed and all(s["ours"]["seconds"] > 0 and s["trl"]["seconds"] > 0 for s in timed)
+    ours = report["samples"]["ours"]["timed"]
+    configurations = report["trl_configurations"]
+    assert len(ours) == len(configurations) + 1 and all(s["seconds"] > 0 for s in ours)
+    assert {c["name"] for c in configurations} == {"trl_defaults", "defaults_fp32", "one_batch_fp32",
+                                                   "micro_batches_fp32", "micro_batches_bf16"}
+    for c in configurations:  # every configuration ran its timed steps, as configured
+        assert c["error"] is None and c["step_s_median"] > 0 and len(c["step_s"]) == report["config"]["repeats"]
+        assert c["threads"] == report["config"]["threads"] and c["peak_rss_gb"] > 0
+        assert c["gradient_checkpointing"] == c["settings"].get("gradient_checkpointing", True)  # TRL's default
+        assert c["bf16"] == c["settings"].get("bf16", True)
+    best = min(configurations, key=lambda c: c["step_s_median"])
+    assert report["fastest_trl_configuration"] == best["name"]
+    assert report["ratio"] == report["ours_step_s_median"] / best["step_s_median"] == report["medians"]["ratio"]
+    alone, short = report["standalone"]
+    assert alone["name"] == f"{best['name']}/harness_prompts" and alone["step_s_median"] > 0
+    assert alone["prompt_lengths"] == report["config"]["prompt_lengths"]["trl"]
+    assert short["step_s_median"] > 0 and sum(short["prompt_lengths"]) < sum(alone["prompt_lengths"])
     lengths = report["config"]["prompt_lengths"]
     assert lengths["ours"] == lengths["trl"]  # both sides tokenize the same chat messages identically
 
