@@ -16,10 +16,10 @@ problems at every step, with the same torch thread count.
   (one batch of B x K rows; micro-batches of K rows accumulated over B). Each step is one generation round of
   B x K completions and exactly one optimizer update in every configuration.
 
-One TRL process runs the configurations one after the other (a fresh model and trainer each), capped at
-``--memory-cap-gb`` of address space so that a configuration too big for the machine fails with an
-allocation error (recorded) instead of waking the OOM killer. Each configuration gets one untimed warm-up step
-(none with --quick) and ``--repeats`` timed ones; one of our steps runs before each configuration's block and
+Each TRL configuration runs in a process of its own, one after the other, capped at ``--memory-cap-gb`` of
+address space so that a configuration too big for the machine fails with an allocation error (recorded)
+instead of waking the OOM killer. Each gets one untimed warm-up step (none with --quick) and ``--repeats``
+timed ones; one of our steps runs before each configuration's block (once its trainer is built) and one
 after the last (at least ``--repeats`` in all, after our own warm-up), so load drift hits both sides.
 Figure: our median step time / the fastest TRL configuration's; target <= 0.75.
 
@@ -200,118 +200,90 @@ class TRLRunFailed(Exception):
     (e.g. killed by the kernel for memory)."""
 
 
-def trl_settings(args: argparse.Namespace, runs: list[dict], workdir: Path) -> dict:
-    """The worker's settings file: ``runs`` are {name, grpo, prompts, solutions}; each gets warm-up + repeats steps."""
+def trl_settings(args: argparse.Namespace, run: dict, workdir: Path) -> dict:
+    """The worker's settings file: ``run`` is {name, grpo, prompts, solutions}; it gets warm-up + repeats steps."""
     from pettingllms.models import resolve_model
 
     return {"model_dir": str(resolve_model(args.model)), "threads": args.threads,
             "output_dir": str(workdir / "trl_out"), "memory_cap_gb": args.memory_cap_gb,
-            "runs": [{**run, "steps": args.warm_up + args.repeats} for run in runs]}
+            "steps": args.warm_up + args.repeats, **run}
 
 
-def start_trl(settings: dict, workdir: Path, standalone: bool) -> tuple[subprocess.Popen, object]:
-    if not TRL_PYTHON.is_file():
-        raise SystemExit(f"{TRL_PYTHON} not found: run `bash benchmarks/trl/setup.sh` first")
-    name = ("standalone" if standalone else "side_by_side") + "_from_" + settings["runs"][0]["name"].replace("/", "_")
-    path = workdir / f"trl_{name}.json"
-    path.write_text(json.dumps(settings))
-    log = open(workdir / f"trl_{name}_stderr.log", "w")
-    command = [str(TRL_PYTHON), str(TRL_WORKER), str(path)] + (["--standalone"] if standalone else [])
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL if standalone else subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
-    return process, log
+class TRLWorker:
+    """One TRL configuration in its own .venv-trl process (a fresh process per configuration, so memory one leaves
+    behind, a failed one's above all, never counts against the next one's cap)."""
 
+    def __init__(self, args: argparse.Namespace, run: dict, workdir: Path, standalone: bool = False) -> None:
+        if not TRL_PYTHON.is_file():
+            raise SystemExit(f"{TRL_PYTHON} not found: run `bash benchmarks/trl/setup.sh` first")
+        self.standalone = standalone
+        stem = ("standalone_" if standalone else "") + run["name"].replace("/", "_")
+        path = workdir / f"trl_{stem}.json"
+        path.write_text(json.dumps(trl_settings(args, run, workdir)))
+        self.log = open(workdir / f"trl_{stem}_stderr.log", "w")
+        command = [str(TRL_PYTHON), str(TRL_WORKER), str(path)] + (["--standalone"] if standalone else [])
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL if standalone else subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT)
 
-def read_marker(process: subprocess.Popen, log, wanted: str) -> dict:
-    """The payload of the worker's next ``TRL_<wanted>`` line; a ``TRL_FAILED`` line raises TRLRunFailed."""
-    for line in process.stdout:
-        if line.startswith("TRL_FAILED "):
-            raise TRLRunFailed(json.loads(line[len("TRL_FAILED "):])["error"])
-        if line.startswith(f"TRL_{wanted} "):
-            return json.loads(line[len(wanted) + 5:])
-    log.flush()
-    tail = Path(log.name).read_text()[-1000:]
-    code = process.wait()
-    why = " (SIGKILL: the machine ran out of memory, or someone killed it)" if code == -9 else ""
-    raise TRLRunFailed(f"the TRL worker exited (code {code}){why} before TRL_{wanted}: {tail}")
-
-
-class TRLSide:
-    """TRL's GRPOTrainer in .venv-trl, one configuration after the other, driven one step at a time."""
-
-    def __init__(self, args: argparse.Namespace, runs: list[dict], workdir: Path) -> None:
-        self.args, self.runs, self.workdir = args, runs, workdir
-        self.process, self.log = start_trl(trl_settings(args, runs, workdir), workdir, standalone=False)
-
-    def restart_after(self, name: str) -> None:
-        """After the worker died in run ``name``: a fresh worker for the runs after it."""
-        self.close()
-        rest = self.runs[[r["name"] for r in self.runs].index(name) + 1:]
-        if rest:
-            self.process, self.log = start_trl(trl_settings(self.args, rest, self.workdir), self.workdir, False)
+    def read(self, wanted: str) -> dict:
+        """The payload of the worker's next ``TRL_<wanted>`` line; a failure raises TRLRunFailed."""
+        for line in self.process.stdout:
+            if line.startswith("TRL_FAILED "):
+                raise TRLRunFailed(json.loads(line[len("TRL_FAILED "):])["error"])
+            if line.startswith(f"TRL_{wanted} "):
+                return json.loads(line[len(wanted) + 5:])
+        self.log.flush()
+        tail = Path(self.log.name).read_text()[-1000:]
+        code = self.process.wait()
+        why = " (SIGKILL: the machine ran out of memory, or someone killed it)" if code == -9 else ""
+        raise TRLRunFailed(f"the TRL worker exited (code {code}){why} before TRL_{wanted}: {tail}")
 
     def ready(self) -> dict:
-        """Wait until the next configuration's trainer is built (the worker is then idle, waiting for ``go``)."""
-        return read_marker(self.process, self.log, "READY")
+        """Wait until the trainer is built (the worker is then idle, waiting for ``go``)."""
+        return self.read("READY")
 
     def step(self) -> dict:
-        self.process.stdin.write("go\n")
-        self.process.stdin.flush()
-        return read_marker(self.process, self.log, "STEP")
+        if not self.standalone:
+            self.process.stdin.write("go\n")
+            self.process.stdin.flush()
+        return self.read("STEP")
 
     def done(self) -> dict:
-        return read_marker(self.process, self.log, "DONE")
+        return self.read("DONE")
 
     def close(self) -> None:
         if self.process.poll() is None:
-            self.process.stdin.close()
+            if self.process.stdin:
+                self.process.stdin.close()
             try:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
         self.log.close()
 
 
-def measure_configuration(trl: TRLSide, configuration: dict, args: argparse.Namespace, ours_step) -> dict:
-    """One configuration's block: its trainer built, one of our steps, TRL's warm-up and timed steps."""
-    result = {"name": configuration["name"], "ready": None, "warm_up": None, "timed": [], "error": None}
+def measure_configuration(args: argparse.Namespace, run: dict, workdir: Path, ours_step=None,
+                          standalone: bool = False) -> dict:
+    """One configuration's block in its own worker: its trainer built, one of our steps (``ours_step``, while the
+    worker waits, idle), TRL's warm-up and timed steps. A failure is recorded in ``error``."""
+    result = {"name": run["name"], "ready": None, "warm_up": None, "timed": [], "error": None}
+    worker = TRLWorker(args, run, workdir, standalone)
     try:
-        result["ready"] = trl.ready()
-        ours_step()  # while the TRL process waits, idle
-        result["warm_up"] = trl.step() if args.warm_up else None
+        result["ready"] = worker.ready()
+        if ours_step is not None:
+            ours_step()
+        result["warm_up"] = worker.step() if args.warm_up else None
         for _ in range(args.repeats):
-            result["timed"].append(trl.step())
-            print({configuration["name"]: round(result["timed"][-1]["seconds"], 2)}, flush=True)
-        result["peak_rss_gb"] = trl.done()["peak_rss_gb"]
+            result["timed"].append(worker.step())
+            print({run["name"]: round(result["timed"][-1]["seconds"], 2)}, flush=True)
+        result["peak_rss_gb"] = worker.done()["peak_rss_gb"]
     except TRLRunFailed as failure:
         result["error"] = str(failure)
-        print(f"TRL configuration {configuration['name']} failed: {failure}", flush=True)
-        if trl.process.poll() is not None:  # the worker died; otherwise it went on to the next run itself
-            trl.restart_after(configuration["name"])
-    return result
-
-
-def run_standalone(args: argparse.Namespace, runs: list[dict], workdir: Path) -> list[dict]:
-    """TRL alone: the worker's runs back to back, nothing else of ours alive."""
-    process, log = start_trl(trl_settings(args, runs, workdir), workdir, standalone=True)
-    results = []
-    try:
-        for run in runs:
-            result = {"name": run["name"], "ready": None, "warm_up": None, "timed": [], "error": None}
-            try:
-                result["ready"] = read_marker(process, log, "READY")
-                result["warm_up"] = read_marker(process, log, "STEP") if args.warm_up else None
-                result["timed"] = [read_marker(process, log, "STEP") for _ in range(args.repeats)]
-                result["peak_rss_gb"] = read_marker(process, log, "DONE")["peak_rss_gb"]
-            except TRLRunFailed as failure:
-                result["error"] = str(failure)
-            results.append(result)
-        process.wait(timeout=120)
+        print(f"TRL configuration {run['name']} failed: {failure}", flush=True)
     finally:
-        if process.poll() is None:
-            process.kill()
-        log.close()
-    return results
+        worker.close()
+    return result
 
 
 # --------------------------------------------------------------------------------------------- the figures
@@ -410,7 +382,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         solutions = [str(r["answer"]) for r in rows]
         runs = [{"name": c["name"], "grpo": c["grpo_args"], "prompts": messages, "solutions": solutions}
                 for c in configurations]
-        trl = TRLSide(args, runs, Path(tmp))
 
         def ours_step() -> None:
             ours_samples["timed"].append(ours.step())
@@ -418,23 +389,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
         try:
             ours_samples["warm_up"] = ours.step() if args.warm_up else None
-            side_by_side = [measure_configuration(trl, c, args, ours_step) for c in configurations]
+            side_by_side = [measure_configuration(args, run, Path(tmp), ours_step) for run in runs]
             while len(ours_samples["timed"]) < ours_timed_steps:
                 ours_step()
             prompt_lengths = {"ours": ours.prompt_lengths(messages),
                               "trl": next((r["ready"]["prompt_lengths"] for r in side_by_side if r["ready"]), None)}
         finally:
-            trl.close()
             ours.close()
         summaries = [configuration_summary(r, c) for r, c in zip(side_by_side, configurations)]
         best = fastest(summaries)
         best_configuration = next(c for c in configurations if c["name"] == best["name"])
         short_messages, short_solutions = short_prompts(args.problems)
-        standalone = run_standalone(args, [
+        standalone = [measure_configuration(args, run, Path(tmp), standalone=True) for run in [
             {"name": f"{best['name']}/harness_prompts", "grpo": best_configuration["grpo_args"], "prompts": messages,
              "solutions": solutions},
             {"name": f"{best['name']}/short_prompts", "grpo": best_configuration["grpo_args"],
-             "prompts": short_messages, "solutions": short_solutions}], Path(tmp))
+             "prompts": short_messages, "solutions": short_solutions}]]
     alone, short = (configuration_summary(r) for r in standalone)
     comparison = standalone_comparison(best, alone, short, args.generations)
     ours_seconds = [s["seconds"] for s in ours_samples["timed"]]

@@ -1,24 +1,23 @@
-"""The TRL side of benchmarks/trl_compare.py: TRL's GRPOTrainer, one optimizer update per step.
+"""The TRL side of benchmarks/trl_compare.py: TRL's GRPOTrainer in one configuration, one optimizer update per
+step.
 
 Runs in .venv-trl (benchmarks/trl/setup.sh); it imports nothing from pettingllms. The driver writes a JSON
-settings file and starts ``.venv-trl/bin/python benchmarks/trl/trl_step.py SETTINGS.json``. The settings list
-runs (TRL configurations), done one after the other in this one process, each with a fresh model and trainer:
-for each, the process prints ``TRL_READY {...}``, then per step waits for ``go`` on stdin and prints one
-``TRL_STEP {...}`` line, and ends the run with ``TRL_DONE`` (or ``TRL_FAILED {...}``: the run's error, e.g. an
-allocation over the memory cap, after which the next run starts). With ``--standalone`` the steps run back to
-back without waiting for ``go`` (TRL alone on the machine). A step is timed from ``on_step_begin`` (before TRL
-generates) to ``on_step_end`` (after the optimizer step and the LR scheduler): generation, reward, advantages,
-forward, backward and the update.
+settings file and starts ``.venv-trl/bin/python benchmarks/trl/trl_step.py SETTINGS.json``, one process per
+configuration (memory a run leaves behind never counts against the next one's cap). The process builds the
+model and trainer and prints ``TRL_READY {...}``; then per step it waits for ``go`` on stdin and prints one
+``TRL_STEP {...}`` line; it ends with ``TRL_DONE {...}``, or ``TRL_FAILED {...}`` with the error (e.g. an
+allocation over the memory cap). With ``--standalone`` the steps run back to back without waiting for ``go``
+(TRL alone on the machine). A step is timed from ``on_step_begin`` (before TRL generates) to ``on_step_end``
+(after the optimizer step and the LR scheduler): generation, reward, advantages, forward, backward, update.
 
 Settings keys: model_dir, threads, output_dir, memory_cap_gb (optional: the process's address-space limit, so
 a configuration too big for the machine fails here with an allocation error instead of waking the OOM killer),
-and runs: a list of {name, prompts (chat message lists), solutions, steps, grpo}, where grpo holds the
-``GRPOConfig`` arguments of the run, passed through as they are (the driver decides them).
+name, prompts (chat message lists), solutions, steps, and grpo: the ``GRPOConfig`` arguments of the
+configuration, passed through as they are (the driver decides them).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import resource
@@ -38,14 +37,8 @@ from trl.rewards import accuracy_reward  # noqa: E402
 MARKER = "TRL_STEP "
 
 
-def reset_peak_rss() -> None:
-    """Start a new peak (VmHWM) for the next run: writing 5 to clear_refs resets it (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def peak_rss_gb() -> float:
-    """This process's peak resident memory since the last ``reset_peak_rss`` (VmHWM, in KiB)."""
+    """This process's peak resident memory (VmHWM, in KiB)."""
     with open("/proc/self/status") as f:
         kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
     return kib / 2**20
@@ -76,16 +69,16 @@ class StepClock(TrainerCallback):
         print(MARKER + json.dumps(report), flush=True)
 
 
-def run(settings: dict, spec: dict, standalone: bool) -> None:
-    """One TRL configuration: a fresh fp32 model and GRPOTrainer, ``spec["steps"]`` steps."""
-    reset_peak_rss()
-    grpo = spec["grpo"]
+def run(settings: dict, standalone: bool) -> None:
+    """The configuration: a fresh fp32 model and GRPOTrainer, ``settings["steps"]`` steps."""
+    grpo = settings["grpo"]
     rows = grpo["per_device_train_batch_size"] * grpo["gradient_accumulation_steps"]
-    if rows != len(spec["prompts"]) * grpo["num_generations"]:
-        raise SystemExit(f"trl_step: run {spec['name']}: per_device_train_batch_size x gradient_accumulation_steps "
+    if rows != len(settings["prompts"]) * grpo["num_generations"]:
+        raise SystemExit(f"trl_step: {settings['name']}: per_device_train_batch_size x gradient_accumulation_steps "
                          f"must equal B x K (one generation round, one optimizer update per step)")
-    dataset = Dataset.from_list([{"prompt": p, "solution": s} for p, s in zip(spec["prompts"], spec["solutions"])])
-    args = GRPOConfig(output_dir=settings["output_dir"], max_steps=spec["steps"], use_cpu=True, logging_steps=1,
+    dataset = Dataset.from_list([{"prompt": p, "solution": s}
+                                 for p, s in zip(settings["prompts"], settings["solutions"])])
+    args = GRPOConfig(output_dir=settings["output_dir"], max_steps=settings["steps"], use_cpu=True, logging_steps=1,
                       save_strategy="no", report_to="none", disable_tqdm=True, dataloader_num_workers=0, seed=0,
                       **grpo)
     # fp32 weights in every configuration (the same model as the other side); bf16=True is autocast over them.
@@ -94,8 +87,8 @@ def run(settings: dict, spec: dict, standalone: bool) -> None:
     trainer = GRPOTrainer(model=model, reward_funcs=accuracy_reward, args=args, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[StepClock(standalone)])
     prompt_lengths = [len(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True)["input_ids"])
-                      for p in spec["prompts"]]
-    ready = {"name": spec["name"], "prompt_lengths": prompt_lengths, "threads": torch.get_num_threads(),
+                      for p in settings["prompts"]]
+    ready = {"name": settings["name"], "prompt_lengths": prompt_lengths, "threads": torch.get_num_threads(),
              "since_process_start_s": time.perf_counter() - STARTED,
              "gradient_checkpointing": args.gradient_checkpointing, "bf16": args.bf16,
              "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -116,16 +109,13 @@ def main(argv: list[str]) -> None:
         cap = int(settings["memory_cap_gb"] * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     torch.set_num_threads(settings["threads"])
-    for spec in settings["runs"]:
-        try:
-            run(settings, spec, standalone)
-        except (RuntimeError, MemoryError) as error:  # torch reports a failed allocation as a RuntimeError
-            print("TRL_FAILED " + json.dumps({"name": spec["name"], "error": f"{type(error).__name__}: {error}"[:500],
-                                               "peak_rss_gb": peak_rss_gb()}), flush=True)
-            continue
-        finally:
-            gc.collect()
-        print("TRL_DONE " + json.dumps({"name": spec["name"], "peak_rss_gb": peak_rss_gb()}), flush=True)
+    try:
+        run(settings, standalone)
+    except (RuntimeError, MemoryError) as error:  # torch reports a failed allocation as a RuntimeError
+        print("TRL_FAILED " + json.dumps({"name": settings["name"], "error": f"{type(error).__name__}: {error}"[:500],
+                                           "peak_rss_gb": peak_rss_gb()}), flush=True)
+        raise SystemExit(1)
+    print("TRL_DONE " + json.dumps({"name": settings["name"], "peak_rss_gb": peak_rss_gb()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -100,42 +100,40 @@ def test_the_standalone_comparison_relates_step_times_and_tokens():
 
 FAKE_WORKER = '''
 import json, os, sys
-settings = json.load(open(sys.argv[1]))
-for run in settings["runs"]:
-    print("TRL_READY " + json.dumps({"name": run["name"], "threads": 2, "prompt_lengths": [3]}), flush=True)
-    for step in range(run["steps"]):
+run = json.load(open(sys.argv[1]))
+print("TRL_READY " + json.dumps({"name": run["name"], "threads": 2, "prompt_lengths": [3]}), flush=True)
+for step in range(run["steps"]):
+    if "--standalone" not in sys.argv:
         assert sys.stdin.readline().strip() == "go"
-        if run["name"] == "killed":
-            os.kill(os.getpid(), 9)  # as the kernel's OOM killer does
-        if run["name"] == "too_big":
-            print("TRL_FAILED " + json.dumps({"name": run["name"], "error": "RuntimeError: can't allocate"}), flush=True)
-            break
-        print("TRL_STEP " + json.dumps({"seconds": 1.0 + step, "mean_completion_length": 4.0, "clipped_ratio": 0.0}),
-              flush=True)
-    else:
-        print("TRL_DONE " + json.dumps({"name": run["name"], "peak_rss_gb": 0.5}), flush=True)
+    if run["name"] == "killed":
+        os.kill(os.getpid(), 9)  # as the kernel's OOM killer does
+    if run["name"] == "too_big":
+        print("TRL_FAILED " + json.dumps({"name": run["name"], "error": "RuntimeError: can't allocate"}), flush=True)
+        sys.exit(1)
+    print("TRL_STEP " + json.dumps({"seconds": 1.0 + step, "mean_completion_length": 4.0, "clipped_ratio": 0.0}),
+          flush=True)
+print("TRL_DONE " + json.dumps({"name": run["name"], "peak_rss_gb": 0.5}), flush=True)
 '''
 
 
-def test_a_failed_or_killed_configuration_is_recorded_and_the_next_ones_still_run(tmp_path, monkeypatch):
-    """The worker protocol against a real subprocess that fails one run and dies in another, as a run over the
-    memory cap or one killed for memory would."""
+@pytest.mark.parametrize("standalone", [False, True])
+def test_a_failed_or_killed_configuration_is_recorded_and_the_next_ones_still_run(tmp_path, monkeypatch, standalone):
+    """The worker protocol against real subprocesses, one per configuration, one failing as a run over the memory
+    cap does and one killed as the OOM killer does."""
     worker = tmp_path / "worker.py"
     worker.write_text(FAKE_WORKER)
     monkeypatch.setattr(trl_compare, "TRL_PYTHON", Path(sys.executable))
     monkeypatch.setattr(trl_compare, "TRL_WORKER", worker)
     args = trl_compare.parse_args(["--repeats", "2", "--model", "tiny-random-smollm2"])
-    names = ["first", "too_big", "killed", "last"]
-    runs = [{"name": n, "grpo": {}, "prompts": [], "solutions": []} for n in names]
-    trl = trl_compare.TRLSide(args, runs, tmp_path)
     ours = []
-    try:
-        results = [trl_compare.measure_configuration(trl, {"name": n}, args, lambda: ours.append(1)) for n in names]
-    finally:
-        trl.close()
-    by_name = {r["name"]: r for r in results}
-    assert [t["seconds"] for t in by_name["first"]["timed"]] == [2.0, 3.0]  # after the warm-up step
-    assert by_name["too_big"]["error"] == "RuntimeError: can't allocate"
-    assert "exited (code -9) (SIGKILL" in by_name["killed"]["error"]
-    assert by_name["last"]["error"] is None and len(by_name["last"]["timed"]) == 2  # a fresh worker ran it
-    assert len(ours) == 4  # one of our steps per configuration that got as far as its trainer
+    results = {}
+    for name in ["first", "too_big", "killed", "last"]:
+        run = {"name": name, "grpo": {}, "prompts": [], "solutions": []}
+        results[name] = trl_compare.measure_configuration(
+            args, run, tmp_path, None if standalone else (lambda: ours.append(1)), standalone=standalone)
+    assert [t["seconds"] for t in results["first"]["timed"]] == [2.0, 3.0]  # after the warm-up step
+    assert results["first"]["peak_rss_gb"] == 0.5 and results["first"]["error"] is None
+    assert results["too_big"]["error"] == "RuntimeError: can't allocate"
+    assert "exited (code -9) (SIGKILL" in results["killed"]["error"]
+    assert results["last"]["error"] is None and len(results["last"]["timed"]) == 2
+    assert len(ours) == (0 if standalone else 4)  # one of our steps per configuration whose trainer was built
