@@ -32,6 +32,24 @@ def test_no_code_or_doc_names_a_file_outside_the_repository():
         if path.is_file() and path.suffix in (".py", ".md", ".sh", ".yaml"):
             text = path.read_text()
             named = {m.rsplit("/", 1)[-1] for m in re.findall(r"[\w./-]*\w\.md\b", text)}
-            outside = sorted(named - ours) + (["../shared"] if "../shared" in text else [])
+            outside = sorted(named - ours) + climbing_out(path, text)
             citing += [f"{path.relative_to(ROOT)}: {name}" for name in outside]
     assert citing == []
+
+
+def climbing_out(path: Path, text: str) -> list[str]:
+    """Relative paths in ``text`` that leave the repository: ``../<name>`` that is neither a file or folder beside
+    ``path``'s folder nor inside the repository from its root (a folder next to the checkout, say)."""
+    found = []
+    for target in re.findall(r"(?<![\w./)$}])\.\./\w[\w.-]*", text):
+        inside = (ROOT / target).resolve().is_relative_to(ROOT)
+        if not inside and not (path.parent / target).exists():
+            found.append(target)
+    return found
+
+
+def test_a_path_beside_the_checkout_is_caught_and_one_inside_is_not():
+    doc = ROOT / "docs" / "environments" / "games.md"
+    outside_folder = "../" + "notes_beside_the_checkout"  # built, so this file itself names nothing outside
+    assert climbing_out(doc, f"see {outside_folder}/x and ../training.md") == [outside_folder]
+    assert climbing_out(ROOT / "scripts" / "train" / "common.sh", 'ROOT="$(dirname "$0")/../.."') == []
