@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +48,22 @@ def learner_config(*, total_steps: int, dtype: str = "float32", **fields: Any):
     from pettingllms.config.schema import Config
 
     return dataclasses.replace(learner_config_of(Config(), dtype), total_steps=total_steps, **fields)
+
+
+def end_child(process: subprocess.Popen, timeout: float, farewell: str = "") -> None:
+    """Stop a benchmark's child process that reads commands from its stdin: send ``farewell`` (if any), close its
+    stdin, wait up to ``timeout`` seconds, then kill it."""
+    if process.poll() is not None:
+        return
+    if process.stdin:
+        if farewell:
+            process.stdin.write(farewell)
+        process.stdin.close()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def median(values: Sequence[float]) -> float:

@@ -50,7 +50,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _report import load_average, median, out_dir, write_result  # noqa: E402
+from _report import end_child, load_average, median, out_dir, write_result  # noqa: E402
 
 NAME = "lora_vs_shared"
 TARGET = 1.10
@@ -196,14 +196,7 @@ class Level:
         return self._read()
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.stdin.write("quit\n")
-            self.process.stdin.close()
-            try:
-                self.process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_child(self.process, timeout=120, farewell="quit\n")
 
 
 def alternating_order(steps: int) -> list[tuple[str, str]]:

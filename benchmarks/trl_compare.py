@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 
-from _report import load_average, median, out_dir, write_result  # noqa: E402
+from _report import end_child, load_average, median, out_dir, write_result  # noqa: E402
 
 NAME = "trl_compare"
 TARGET = 0.75
@@ -252,14 +252,7 @@ class TRLWorker:
         return self.read("DONE")
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            if self.process.stdin:
-                self.process.stdin.close()
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_child(self.process, timeout=60)
         self.log.close()
 
 
