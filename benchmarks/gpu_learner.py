@@ -219,7 +219,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         rows.append(row)
         print(f"[{name}] update {repeat}: update {row['update_s']:.2f} s, sync {row['sync_s']:.3f} s, peak above "
               f"start {row['update_peak_above_start_gb'] or 0:.2f} GiB, released "
-              f"{metrics.get('memory/cache_released_gb', 0):.2f} GiB", flush=True)
+              f"{metrics.get('memory/cache_released_gb', 0):.2f} GB", flush=True)
     measured = rows[1:]  # the first update also creates the AdamW state and warms the kernels
     profile = profile_update(worker, on_policy(worker.learner, batch), advantages, device) if args.profile else None
 

@@ -164,11 +164,13 @@ def budget_overrides(args: argparse.Namespace, log_dir: Path) -> list[str]:
 
 
 def prepare_math_data(data_root: Path | None = None) -> list[str]:
-    """The offline math sets (reasoning-gym), written under data/math by the loader users run; with ``data_root``
+    """The offline math sets (reasoning-gym), written under data/math by the loader users run (kept if already there:
+    a machine without reasoning-gym can be sent a set prepared elsewhere); with ``data_root``
     (--quick) a small gsm_symbolic set there instead. Returns the overrides that select it."""
     loader = [sys.executable, str(ROOT / "scripts" / "dataprocess" / "load_math.py")]
     if data_root is None:
-        subprocess.run(loader, cwd=ROOT, check=True)
+        if not all((ROOT / "data" / "math" / split / "gsm_symbolic.parquet").is_file() for split in ("train", "test")):
+            subprocess.run(loader, cwd=ROOT, check=True)  # needs reasoning-gym; a set prepared elsewhere is reused
         return []
     subprocess.run([*loader, "--sources", "gsm_symbolic", "--train-size", "8", "--test-size", "4",
                     "--data-root", str(data_root)], cwd=ROOT, check=True)

@@ -46,11 +46,20 @@ FP32 = 4
 BYTES = {"float32": 4, "bfloat16": 2}
 
 # Memory a process holds outside PyTorch's allocator and outside vLLM's budget: the CUDA context and loaded
-# kernels, cuBLAS workspaces, NCCL buffers (learner); the CUDA context and CUDA-graph pool (vLLM). The learner's was
-# measured on an H200 (torch 2.11, CUDA 13; benchmarks/gpu_learner.py): device memory in use minus PyTorch's
-# reserved, 0.73-0.83 GiB for one process, 1.38 GiB with an NCCL process group. vLLM's is assumed, not measured.
+# kernels, cuBLAS workspaces, NCCL buffers (learner); the engine process's CUDA context and what vLLM allocates
+# outside its sleep-mode pool (vLLM). Both measured on an H200 (torch 2.11, CUDA 13). The learner's
+# (benchmarks/gpu_learner.py): device memory in use minus PyTorch's reserved, 0.73-0.83 GiB for one process,
+# 1.38 GiB with an NCCL process group. vLLM's (benchmarks/gpu_smoke.py, math_L1_prompt.sh with vLLM 0.26 on a
+# Qwen3-1.7B replica): device memory in use minus the learner's, 1.80 GiB asleep and 2.08 GiB above its
+# gpu_memory_utilization budget awake (vLLM counts its CUDA graphs inside the budget).
 LEARNER_PROCESS_BYTES = 1.5 * GIB
-ENGINE_PROCESS_BYTES = 1 * GIB
+ENGINE_PROCESS_BYTES = 2.1 * GIB
+# Without FSDP, a full fine-tune's first update creates AdamW's state among the update's freed blocks, and the
+# caching allocator keeps those segments: after the cache release (serving.release_accelerator_cache) PyTorch still
+# reserves 5.82 GiB more than it allocates, 0.45 x the AdamW state (gradient checkpointing: 5.07 GiB, 0.40 x), for
+# every later rollout. Measured on an H200 (benchmarks/gpu_learner.py, Qwen3-1.7B); FSDP2 (0.01-0.20 GiB) and LoRA
+# (0.11 GiB) leave almost none, so the plan counts this share of the AdamW state for the unsharded full case only.
+STRANDED_CACHE_SHARE = 0.45
 # PyTorch's caching allocator reserves more than is allocated at the update's peak (blocks rounded up, freed blocks
 # too small to reuse): measured on the same H200 at 0.7-6.4% of the allocated peak (full, FSDP, LoRA, gradient
 # checkpointing). The update phase counts this share on top of the learner's peak.
@@ -372,15 +381,21 @@ def compute_copy_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
 
 @dataclass(frozen=True)
 class LearnerMemory:
-    """A learner's bytes on one GPU: ``terms`` for the printout, ``resident`` (between updates), ``peak`` (during
-    one), ``moments`` (what the peak is the largest of) and ``largest_tensor`` (the biggest full tensor the weight
-    sync gathers)."""
+    """A learner's bytes on one GPU: ``terms`` for the printout, ``resident`` (its tensors between updates),
+    ``peak`` (during one), ``largest_tensor`` (the biggest full tensor the weight sync gathers), ``moments`` (what
+    the peak is the largest of) and ``stranded`` (cache the release before the rollout cannot return)."""
 
     terms: tuple[Term, ...]
     resident: float
     peak: float
     largest_tensor: float
     moments: tuple[Term, ...] = ()
+    stranded: float = 0.0
+
+    @property
+    def kept(self) -> float:
+        """What the learner holds on the GPU while the engine syncs and generates."""
+        return self.resident + self.stranded
 
 
 def update_moments(shape: ModelShape, setup: LearnerSetup) -> tuple[Term, ...]:
@@ -441,6 +456,11 @@ def learner_memory(shape: ModelShape, setup: LearnerSetup) -> LearnerMemory:
     base = terms[0].bytes + reference
     if not setup.trainable:
         return LearnerMemory(tuple(terms), base, base, 0.0)
+    stranded = 0.0 if setup.sharded or setup.lora else STRANDED_CACHE_SHARE * adam
+    if stranded:
+        terms.append(Term("cache kept after release", stranded,
+                          f"{STRANDED_CACHE_SHARE:g} x the AdamW state: allocator segments the cache release cannot "
+                          "return (no FSDP; measured on an H200)"))
     copy = compute_copy_bytes(shape, setup)
     if setup.sharded:
         held = "every layer" if not setup.reshard_after_forward else f"{min(GATHERED_LAYERS, shape.layers)} layers"
@@ -474,7 +494,7 @@ def learner_memory(shape: ModelShape, setup: LearnerSetup) -> LearnerMemory:
     # adapter's widest LoRA matrix, in the master dtype, under LoRA.
     largest = shape.vocab * shape.hidden * setup.compute_bytes if not setup.lora else \
         max(shape.hidden, shape.intermediate) * setup.lora_rank * weight_dtype
-    return LearnerMemory(tuple(terms), base + adam, peak, float(largest), moments)
+    return LearnerMemory(tuple(terms), base + adam, peak, float(largest), moments, stranded)
 
 
 # ----------------------------------------------------------------------------------------------------- per GPU
@@ -516,9 +536,9 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     """The three phases of one policy on one of its GPUs.
 
     update: the learner's peak; the engine sleeps (level 2 or 1: no weights, no KV cache on the GPU). sync: the
-    learner's resident state, vLLM's weights awake again, the tensor being gathered (on every rank: one full tensor
-    and its shard's cast) and the decoder layer vLLM is reloading. rollout: the learner's resident state and the
-    whole vLLM budget. Both processes add their overheads in every phase. A policy that does not train never
+    learner's resident state (and the cache it keeps), vLLM's weights awake again, the tensor being gathered (on
+    every rank: one full tensor and its shard's cast) and the decoder layer vLLM is reloading. rollout: what the
+    learner keeps and the whole vLLM budget. Both processes add their overheads in every phase. A policy that does not train never
     updates, and its engine never sleeps.
     """
     learner = learner_memory(policy.shape, policy.learner)
@@ -530,12 +550,12 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     if not policy.learner.trainable:
         rollout = learner.resident + engine + process
         return PolicyMemory(policy, learner, budget, weights, kv, 0.0, rollout, rollout, rollout)
-    kept = learner.resident  # the update's peak went back with the cache release, before the engine woke
+    kept = learner.kept  # the update's peak went back with the cache release, before the engine woke
     world = policy.learner.world_size
     transient = learner.largest_tensor * (1 + 1 / world) + \
         layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel
     update = learner.peak * (1 + ALLOCATOR_RESERVE) + process
-    sync = max(kept, learner.resident + transient) + weights + process
+    sync = max(kept, learner.resident + transient) + weights + process  # the gathered tensor may reuse kept cache
     rollout = kept + engine + process
     return PolicyMemory(policy, learner, budget, weights, kv, transient, update, sync, rollout)
 
@@ -770,7 +790,9 @@ def assumptions() -> list[str]:
     """What the plan assumes, printed under it."""
     released = (
         "between the update and the engine's wake-up the learner empties its CUDA cache "
-        "(serving.release_accelerator_cache): the rollout holds its resident state only"
+        "(serving.release_accelerator_cache): the rollout holds its resident state only (without FSDP, a full "
+        f"fine-tune's resident state includes {STRANDED_CACHE_SHARE:g} x its AdamW state of cache the release "
+        "cannot return)"
     )
     return [
         "per GPU, GB = 1e9 bytes; worst-case micro-batch: one packed row of the whole token budget, every position "
@@ -783,7 +805,7 @@ def assumptions() -> list[str]:
         "from its forward to its backward; its reduce-scatter buffers come after the logits' peak",
         f"outside PyTorch's allocator and vLLM's budget: learner process {LEARNER_PROCESS_BYTES / GB:.2f} GB, vLLM "
         f"process {ENGINE_PROCESS_BYTES / GB:.2f} GB (CUDA context, cuBLAS, NCCL, CUDA graphs; the learner's "
-        "measured on an H200, vLLM's assumed); the update adds the caching allocator's reserve above its allocated "
+        "and vLLM's measured on an H200); the update adds the caching allocator's reserve above its allocated "
         f"peak ({ALLOCATOR_RESERVE:.0%}, the largest measured on an H200 rounded up)",
         "vLLM holds its whole budget when awake (weights, KV cache, its activations) and nothing while asleep "
         "(level 2 full model, level 1 LoRA: weights and KV cache leave the GPU)",
@@ -862,7 +884,7 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
     lines.append(_line("KV cache + activations", max(0.0, p.budget - p.engine_weights),
                        f"about {capacity:,.0f} tokens at {p.kv_per_token:,} B/token", 8))
     lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
-                       "learner + vLLM processes, in every phase (the learner's measured, vLLM's assumed)", 4))
+                       "learner + vLLM processes, in every phase (both measured on an H200)", 4))
     kept = "resident"
     if setup.trainable:
         lines.append(_line("phase: update", p.update,

@@ -238,14 +238,14 @@ def release_accelerator_cache() -> int:
 
 
 def device_memory(phase: str) -> dict[str, float]:
-    """``memory/<phase>_*`` metrics: GB this process has allocated and reserved on its GPU, and GB in use on the
-    whole device (vLLM's engine processes included); empty on CPU."""
+    """``memory/<phase>_*`` metrics: GB (1e9 bytes, the memory plan's unit) this process has allocated and reserved on
+    its GPU, and GB in use on the whole device (vLLM's engine processes included); empty on CPU."""
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         return {}
     free, total = torch.cuda.mem_get_info()
-    return {f"memory/{phase}_allocated_gb": torch.cuda.memory_allocated() / 2**30,
-            f"memory/{phase}_reserved_gb": torch.cuda.memory_reserved() / 2**30,
-            f"memory/{phase}_device_used_gb": (total - free) / 2**30}
+    return {f"memory/{phase}_allocated_gb": torch.cuda.memory_allocated() / 1e9,
+            f"memory/{phase}_reserved_gb": torch.cuda.memory_reserved() / 1e9,
+            f"memory/{phase}_device_used_gb": (total - free) / 1e9}
 
 
 class EngineSync:
@@ -287,7 +287,7 @@ class EngineSync:
         before anything is gathered.
         """
         released = release_accelerator_cache()
-        self.memory = {"memory/cache_released_gb": released / 2**30, **device_memory("after_release")}
+        self.memory = {"memory/cache_released_gb": released / 1e9, **device_memory("after_release")}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
             return 0.0

@@ -172,14 +172,15 @@ def test_an_engine_sharing_the_module_gets_nothing_but_the_stream_is_consumed():
 
 
 def test_a_push_on_a_gpu_reports_memory_after_each_phase(monkeypatch):
-    """What gpu_smoke prints per step: device memory after the cache release, the weights' sync and the wake."""
+    """What gpu_smoke prints per step: device memory after the cache release, the weights' sync and the wake, in GB
+    (1e9 bytes) like the memory plan it is compared with."""
     used = iter(range(10, 100, 10))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a, **k: 0)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a, **k: 0)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (80 * 2**30 - next(used) * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (80e9 - next(used) * 1e9, 80e9))
     sync = EngineSync(RecordingEngine(sleep_enabled=True))
     sync.release_for_update()
     sync.push(iter([("model.norm.weight", torch.ones(2))]))
