@@ -3,8 +3,9 @@
 ``attach_adapters`` wraps the model in a ``peft.PeftModel`` holding one LoRA adapter per name.
 ``use_adapter(model, name)`` routes forwards through one adapter, or through the base weights when the
 name is None (e.g. for a reference policy). The rollout engine (generation) and the learner (training
-each agent's rows through that agent's adapter, ``training_adapter``) both use it. ``adapter_parameters`` finds an
-adapter's weights; ``adapter_tensors`` turns a stream of trained tensors into each adapter's peft files for an
+each agent's rows through that agent's adapter, ``training_adapter``) both use it; a generation batch that mixes
+adapters routes each row through its own in one forward (``lora_rows.per_row_adapters``). ``adapter_parameters``
+finds an adapter's weights; ``adapter_tensors`` turns a stream of trained tensors into each adapter's peft files for an
 engine with its own copy (vLLM). This module is the project's one home for LoRA.
 
 Gradient flags (``requires_grad``), measured on peft 0.21.2:
@@ -136,31 +137,6 @@ def use_adapter(model: nn.Module, name: str | None) -> Iterator[nn.Module]:
     finally:
         _route(model, previous)
         _restore_flags(flags)
-
-
-BASE_ROWS = "__base__"  # peft's name, in a mixed batch, for rows that use the base weights
-
-
-@contextmanager
-def per_row_adapters(model: nn.Module, names: Sequence[str | None]) -> Iterator[list[str] | None]:
-    """Route each row of an inference batch through its own adapter (None: the base weights).
-
-    Yields None when every row names the same adapter (then this is ``use_adapter`` of it), else the per-row list to
-    pass as the forward's ``adapter_names`` keyword: peft's mixed-batch forward computes the base layer once over the
-    whole batch and adds each adapter's low-rank term to its own rows only, so one decode step serves every agent
-    instead of one step per adapter. Inference only: peft refuses ``adapter_names`` in train mode.
-    """
-    distinct = set(names)
-    if len(distinct) <= 1:
-        with use_adapter(model, next(iter(distinct), None)):
-            yield None
-        return
-    unknown = sorted(distinct - {None} - set(adapter_names(model)))
-    if unknown:
-        raise ConfigError(f"unknown LoRA adapters {unknown}; this model has {sorted(adapter_names(model))}")
-    # Any real adapter: it enables the LoRA layers, which the mixed-batch forward needs (disabled layers skip it).
-    with use_adapter(model, min(n for n in distinct if n is not None)):
-        yield [BASE_ROWS if name is None else name for name in names]
 
 
 def _route(model, name: str | None) -> None:

@@ -26,7 +26,8 @@ response fit the window.
 
 Requests are cut into batches under a token budget (rows x (longest prompt + largest max_tokens) <=
 max_batch_tokens) and a row cap, whatever LoRA adapter each names (None = base weights): a batch whose rows name
-several adapters runs each row through its own (``per_row_adapters``: peft's mixed-batch forward), so an L2 call
+several adapters runs each row through its own (``models/lora_rows.py``: all adapters' low-rank terms in two
+matrix products per layer), so an L2 call
 with every agent's requests decodes them together instead of one adapter after another. Results come back in
 request order. A batch that raises is retried request by request; a request
 that still fails (or has an invalid prompt) gets ``finish_reason="error"`` completions with no tokens, and
@@ -45,7 +46,8 @@ import torch.nn as nn
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import FINISH_LENGTH, FINISH_STOP, Completion, GenerationRequest, GenerationResult
-from pettingllms.models.lora import adapter_names, per_row_adapters
+from pettingllms.models.lora import adapter_names
+from pettingllms.models.lora_rows import per_row_adapters
 from pettingllms.rollout.kv_cache import keep_rows, new_kv_cache
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
 from pettingllms.rollout.sampling import sample_tokens, token_logprobs
@@ -175,24 +177,25 @@ class HFEngine:
         prompts, prompt_mask, positions = left_pad([u.request.prompt_ids for u in batch], self.pad_id)
         capacity = prompts.shape[1] + max(u.max_new for u in batch)
         cache = new_kv_cache(self.model.config, capacity)
-        with per_row_adapters(self.model, [u.request.adapter for u in batch]) as unit_adapters:
-            logits = self._forward(prompts, prompt_mask, positions, cache, unit_adapters)  # [R, V]
+        unit_adapters = [u.request.adapter for u in batch]
+        with per_row_adapters(self.model, unit_adapters) as router:
+            logits = self._forward(prompts, prompt_mask, positions, cache, _routing(router, unit_adapters))  # [R, V]
 
             row_unit = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor([u.rows for u in batch]))
             mask = keep_rows(cache, prompt_mask, row_unit)
             logits, next_position = logits[row_unit], positions[row_unit, -1] + 1
             params = _row_params(batch, row_unit)
-            row_adapters = None if unit_adapters is None else [unit_adapters[u] for u in row_unit.tolist()]
+            row_adapters = None if router is None else [unit_adapters[u] for u in row_unit.tolist()]
             tokens, logprobs, lengths, stopped = self._decode(logits, mask, next_position, cache, params,
-                                                              row_adapters)
+                                                              router, row_adapters)
         return self._completions(batch, row_unit, tokens, logprobs, lengths, stopped)
 
-    def _forward(self, input_ids, attention_mask, position_ids, cache, adapters=None) -> torch.Tensor:
-        """One model call; returns float32 logits of the last position, [rows, vocab]. ``adapters``: each row's
-        adapter in a batch that mixes them (``per_row_adapters``), else None."""
+    def _forward(self, input_ids, attention_mask, position_ids, cache, routing=None) -> torch.Tensor:
+        """One model call; returns float32 logits of the last position, [rows, vocab]. ``routing``: the forward's
+        keyword arguments for a batch that mixes adapters (``RowRouter.forward_kwargs``), else None."""
         autocast = (torch.autocast(device_type=input_ids.device.type, dtype=self.autocast_dtype)
                     if self.autocast_dtype is not None else nullcontext())
-        routing = {} if adapters is None else {"adapter_names": adapters}
+        routing = routing or {}
         with autocast:
             out = self.model(
                 input_ids=input_ids,
@@ -205,11 +208,12 @@ class HFEngine:
             )
         return out.logits[:, -1, :].float()
 
-    def _decode(self, logits, mask, next_position, cache, params, adapters=None):
+    def _decode(self, logits, mask, next_position, cache, params, router=None, adapters=None):
         """The decode loop. Rows leave the batch (and the KV cache) as soon as they finish.
 
         logits: [B, V] for the first response token; mask: [B, T] attention mask of the cache;
-        next_position: [B] position id of the next token; adapters: each row's adapter when the batch mixes them.
+        next_position: [B] position id of the next token; router, adapters: when the batch mixes adapters, its
+        ``RowRouter`` and each row's adapter.
         Returns tokens [B, M], logprobs [B, M], lengths [B] and stopped [B] (True = ended with eos), indexed by
         original row.
         """
@@ -239,7 +243,7 @@ class HFEngine:
                 if adapters is not None:
                     adapters = [adapters[row] for row in keep.tolist()]
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            logits = self._forward(sampled[:, None], mask, next_position[:, None], cache, adapters)
+            logits = self._forward(sampled[:, None], mask, next_position[:, None], cache, _routing(router, adapters))
             next_position = next_position + 1
         return tokens, logprobs, lengths, stopped
 
@@ -288,3 +292,8 @@ def _row_params(batch: list[_Unit], row_unit: torch.Tensor) -> dict[str, torch.T
         "max_tokens": torch.tensor([u.max_new for u in batch], dtype=torch.long),
     }
     return {name: values[row_unit] for name, values in per_unit.items()}
+
+
+def _routing(router, names) -> dict:
+    """A forward's keyword arguments for rows using ``names`` (each row's adapter), or none without a router."""
+    return {} if router is None else router.forward_kwargs(names)

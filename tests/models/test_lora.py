@@ -145,24 +145,39 @@ def test_bfloat16_load(tiny_dir):
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
 
 
-def test_per_row_adapters_give_each_row_its_own_adapter_in_one_forward(two_adapters):
-    from pettingllms.models.lora import per_row_adapters
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "peft-mixed-batch"])
+def test_per_row_adapters_give_each_row_its_own_adapter_in_one_forward(two_adapters, packed, monkeypatch):
+    from pettingllms.models import lora_rows
 
-    rows = torch.cat([IDS, IDS.flip(1), IDS])
-    names = ["alice", None, "bob"]
+    if not packed:  # the path for layers the packing does not cover: peft's adapter_names
+        monkeypatch.setattr(lora_rows, "_packed_columns", lambda layers, adapters: None)
+    rows = torch.cat([IDS, IDS.flip(1), IDS, IDS.flip(1)])
+    names = ["alice", None, "bob", "alice"]
     alone = []
     for row, name in enumerate(names):
         with use_adapter(two_adapters, name):
             alone.append(_logits(two_adapters, rows[row : row + 1]))
-    two_adapters.eval()  # peft's mixed-batch forward is for inference only
-    with per_row_adapters(two_adapters, names) as routing:
-        assert routing == ["alice", "__base__", "bob"]
+    assert not torch.equal(alone[0], alone[2])  # the adapters differ: routing a row wrongly would show
+    two_adapters.eval()  # inference only, as peft's mixed-batch forward
+    with lora_rows.per_row_adapters(two_adapters, names) as router:
+        assert router.packed is packed
+        kwargs = router.forward_kwargs(names)
+        assert kwargs == ({} if packed else {"adapter_names": ["alice", "__base__", "bob", "alice"]})
         with torch.no_grad():
-            mixed = two_adapters(input_ids=rows, adapter_names=routing).logits
-    torch.testing.assert_close(mixed, torch.cat(alone), rtol=0, atol=1e-5)
-    with per_row_adapters(two_adapters, ["bob", "bob"]) as routing:  # one adapter: plain routing, no keyword
-        assert routing is None
+            mixed = two_adapters(input_ids=rows, **kwargs).logits
+        torch.testing.assert_close(mixed, torch.cat(alone), rtol=0, atol=1e-5)
+        kwargs = router.forward_kwargs(names[2:])  # rows leave the batch between decode steps
+        with torch.no_grad():
+            fewer = two_adapters(input_ids=rows[2:], **kwargs).logits
+        torch.testing.assert_close(fewer, torch.cat(alone[2:]), rtol=0, atol=1e-5)
+    assert all("forward" not in vars(m) for m in two_adapters.modules())  # the layers' own forward is back
+    with lora_rows.per_row_adapters(two_adapters, ["bob", "bob"]) as router:  # one adapter: plain routing
+        assert router is None
         assert torch.equal(_logits(two_adapters), alone[2])  # rows[2] is IDS, under bob
     with pytest.raises(ConfigError, match="carol"):
-        with per_row_adapters(two_adapters, ["alice", "carol"]):
+        with lora_rows.per_row_adapters(two_adapters, ["alice", "carol"]):
+            pass
+    two_adapters.train()
+    with pytest.raises(ConfigError, match="inference"):
+        with lora_rows.per_row_adapters(two_adapters, ["alice", "bob"]):
             pass
