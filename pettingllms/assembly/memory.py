@@ -555,7 +555,7 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     transient = learner.largest_tensor * (1 + 1 / world) + \
         layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel
     update = learner.peak * (1 + ALLOCATOR_RESERVE) + process
-    sync = max(kept, learner.resident + transient) + weights + process  # the gathered tensor may reuse kept cache
+    sync = kept + transient + weights + process
     rollout = kept + engine + process
     return PolicyMemory(policy, learner, budget, weights, kv, transient, update, sync, rollout)
 
@@ -790,9 +790,9 @@ def assumptions() -> list[str]:
     """What the plan assumes, printed under it."""
     released = (
         "between the update and the engine's wake-up the learner empties its CUDA cache "
-        "(serving.release_accelerator_cache): the rollout holds its resident state only (without FSDP, a full "
-        f"fine-tune's resident state includes {STRANDED_CACHE_SHARE:g} x its AdamW state of cache the release "
-        "cannot return)"
+        "(serving.release_accelerator_cache): the sync and the rollout hold its resident state only, and without "
+        f"FSDP a full fine-tune's cache kept after release ({STRANDED_CACHE_SHARE:g} x its AdamW state, which the "
+        "release cannot return)"
     )
     return [
         "per GPU, GB = 1e9 bytes; worst-case micro-batch: one packed row of the whole token budget, every position "
@@ -885,7 +885,7 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
                        f"about {capacity:,.0f} tokens at {p.kv_per_token:,} B/token", 8))
     lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
                        "learner + vLLM processes, in every phase (both measured on an H200)", 4))
-    kept = "resident"
+    kept = "kept (resident + cache kept after release)" if learner.stranded else "resident"
     if setup.trainable:
         lines.append(_line("phase: update", p.update,
                            f"learner's update peak + {ALLOCATOR_RESERVE:.0%} allocator reserve + overheads; vLLM asleep",

@@ -9,10 +9,12 @@ in two matrix products, with the adapters packed side by side:
 
 A_packed stacks every adapter's A (rank r_a rows each), B_packed every adapter's B (scaled by its alpha / r_a) along
 the same columns, and M[row, column] is 1 where the column belongs to the row's adapter, else 0. That is exactly
-each row's own ``B_a A_a x`` scaled, with the per-layer work independent of how many adapters the batch mixes.
+each row's own ``B_a A_a x`` scaled, in two kernels per layer however many adapters the batch mixes (their work
+grows with the sum of the adapters' ranks).
 peft's own mixed-batch forward (``adapter_names=``) does one gather, two small products and one scatter per adapter
 per layer, which on a CPU costs L2 generation about 70% over one shared adapter (benchmarks/lora_vs_shared.py);
-it remains the path for layers this packing does not cover (other LoRA variants, per-layer ranks).
+it remains the path for what this packing does not cover (other LoRA variants, per-layer ranks, a LoRA bias,
+per-adapter copies of whole modules).
 
 Inference only: the packed forward never runs in train mode.
 """
@@ -43,8 +45,8 @@ class RowRouter:
 
     def __init__(self, model: nn.Module, adapters: Sequence[str]) -> None:
         self.adapters = tuple(adapters)
-        self.layers = _lora_linear_layers(model)
-        self.columns = _packed_columns(self.layers, self.adapters)
+        self.layers = _lora_layers(model)
+        self.columns = None if _has_auxiliary_modules(model) else _packed_columns(self.layers, self.adapters)
         self.mask: torch.Tensor | None = None
 
     @property
@@ -60,7 +62,8 @@ class RowRouter:
             if name is not None:
                 start, end = self.columns[name]
                 mask[row, 0, start:end] = 1.0
-        self.mask = mask
+        weight = self.layers[0].lora_A[self.adapters[0]].weight
+        self.mask = mask.to(device=weight.device, dtype=weight.dtype)  # once per forward, not once per layer
         return {}
 
     @contextmanager
@@ -69,30 +72,38 @@ class RowRouter:
         if not self.packed:
             yield
             return
-        for layer in self.layers:
-            a = torch.cat([layer.lora_A[name].weight for name in self.adapters])
-            b = torch.cat([layer.lora_B[name].weight * layer.scaling[name] for name in self.adapters], dim=1)
-            layer.forward = types.MethodType(_packed_forward(self, a, b), layer)
         try:
+            for layer in self.layers:
+                a = torch.cat([layer.lora_A[name].weight for name in self.adapters])
+                b = torch.cat([layer.lora_B[name].weight * layer.scaling[name] for name in self.adapters], dim=1)
+                layer.forward = types.MethodType(_packed_forward(self, a, b), layer)
             yield
         finally:
             for layer in self.layers:
-                del layer.forward  # back to the class's forward
+                vars(layer).pop("forward", None)  # back to the class's forward (peft layers have no own forward)
 
 
 def _packed_forward(router: RowRouter, a: torch.Tensor, b: torch.Tensor):
     def forward(layer, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         result = layer.base_layer(x, *args, **kwargs)
-        low_rank = F.linear(x.to(a.dtype), a) * router.mask.to(device=x.device, dtype=a.dtype)
+        low_rank = F.linear(x.to(a.dtype), a) * router.mask
         return result + F.linear(low_rank, b).to(result.dtype)
 
     return forward
 
 
-def _lora_linear_layers(model: nn.Module) -> list[nn.Module]:
+def _lora_layers(model: nn.Module) -> list[nn.Module]:
     from peft.tuners.lora import LoraLayer
 
     return [module for module in model.modules() if isinstance(module, LoraLayer)]
+
+
+def _has_auxiliary_modules(model: nn.Module) -> bool:
+    """Per-adapter copies of whole modules (``modules_to_save``, trainable tokens): peft's mixed-batch forward
+    routes those per row too, the packing does not."""
+    from peft.utils.other import AuxiliaryTrainingWrapper
+
+    return any(isinstance(module, AuxiliaryTrainingWrapper) for module in model.modules())
 
 
 def _packed_columns(layers: list[nn.Module], adapters: Sequence[str]) -> dict[str, tuple[int, int]] | None:
@@ -105,6 +116,8 @@ def _packed_columns(layers: list[nn.Module], adapters: Sequence[str]) -> dict[st
             return None
         for name in adapters:
             if name not in layer.lora_A or ranks.setdefault(name, layer.r[name]) != layer.r[name]:
+                return None
+            if layer.lora_bias.get(name, False):  # B's bias: not in the packed product
                 return None
     columns, start = {}, 0
     for name in adapters:

@@ -181,3 +181,17 @@ def test_per_row_adapters_give_each_row_its_own_adapter_in_one_forward(two_adapt
     with pytest.raises(ConfigError, match="inference"):
         with lora_rows.per_row_adapters(two_adapters, ["alice", "bob"]):
             pass
+
+
+def test_what_the_packing_does_not_cover_goes_through_peft(two_adapters):
+    from peft.tuners.lora import LoraLayer
+
+    from pettingllms.models.lora_rows import RowRouter
+
+    assert RowRouter(two_adapters, ["alice", "bob"]).packed
+    layer = next(m for m in two_adapters.modules() if isinstance(m, LoraLayer))
+    layer.lora_bias["bob"] = True  # a LoRA bias on B: not in the packed product
+    assert not RowRouter(two_adapters, ["alice", "bob"]).packed
+    layer.lora_bias["bob"] = False
+    layer.r["bob"] += 1  # one layer's rank differs from the others'
+    assert not RowRouter(two_adapters, ["alice", "bob"]).packed
