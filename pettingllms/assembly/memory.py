@@ -538,8 +538,8 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     update: the learner's peak; the engine sleeps (level 2 or 1: no weights, no KV cache on the GPU). sync: the
     learner's resident state (and the cache it keeps), vLLM's weights awake again, the tensor being gathered (on
     every rank: one full tensor and its shard's cast) and the decoder layer vLLM is reloading. rollout: what the
-    learner keeps and the whole vLLM budget. Both processes add their overheads in every phase. A policy that does not train never
-    updates, and its engine never sleeps.
+    learner keeps and the whole vLLM budget. Both processes add their overheads in every phase. A policy that does
+    not train never updates, and its engine never sleeps.
     """
     learner = learner_memory(policy.shape, policy.learner)
     budget = policy.utilization * (gpu_bytes or 0.0)
