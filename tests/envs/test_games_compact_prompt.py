@@ -33,7 +33,7 @@ def test_the_worked_example_is_a_real_puzzle_its_answer_solves(cls, options):
     env = make(cls, **options)
     example = worked_example(env.game)
     assert example is not None
-    state = env.reset(Problem("example", {"seed": EXAMPLE_SEED}), 0)
+    state = env.reset(Problem("example", {"seed": example.seed}), 0)
     assert (state.board_text, state.positions) == (example.board_text, example.positions)
     assert not env.success(state)
     played = env.step(state, PLAN, example.answer)  # the answer as the plan agent would give it
@@ -43,8 +43,27 @@ def test_the_worked_example_is_a_real_puzzle_its_answer_solves(cls, options):
 @pytest.mark.parametrize("cls,options", SETTINGS)
 def test_the_example_seed_is_in_neither_split(cls, options):
     env = make(cls, **options)
+    seed = worked_example(env.game).seed
     seeds = {p.data["seed"] for split in ("train", "test") for p in env.procedural_problems(split, 200)}
-    assert EXAMPLE_SEED not in seeds and not 0 <= EXAMPLE_SEED < TEST_SEED_OFFSET
+    assert seed not in seeds and seed <= EXAMPLE_SEED < 0 < TEST_SEED_OFFSET
+
+
+def test_a_plan_path_example_moves_on_both_axes_so_copying_it_is_not_a_policy():
+    # seeds -1, -2 and -3 of the 3x3 preset are one-move puzzles (L, L, R): the base model copied "#### L" onto
+    # every held-out grid; the example is now the first puzzle whose path turns
+    example = worked_example(make(PlanPathEnv, size=3, wall_prob=0.0).game)
+    assert example.seed == -4 and example.answer == "D D R R"
+    assert example.positions.endswith("The goal is at row 2, column 2: 2 rows down and 2 columns right.")
+
+
+def test_the_offset_in_words_is_the_goal_minus_the_player_even_behind_walls():
+    env = make(PlanPathEnv)
+    state = env.reset(Problem("p", {"rows": ["G#.", ".#.", "..S"]}), 0)
+    assert state.positions == "You are at row 2, column 2. The goal is at row 0, column 0: 2 rows up and 2 columns left."
+    one_axis = env.reset(Problem("q", {"rows": ["S.G"]}), 0)
+    assert one_axis.positions.endswith(": 2 columns right.")
+    near = env.reset(Problem("r", {"rows": ["S", "G"]}), 0)
+    assert near.positions.endswith(": 1 row down.")
 
 
 def test_the_compact_prompt_shows_the_example_then_the_board_with_its_positions():
@@ -64,7 +83,8 @@ def test_after_a_move_the_positions_and_the_earlier_turn_follow_the_real_board()
     env = make(PlanPathEnv, size=3, wall_prob=0.0)
     state = env.reset(Problem("p", {"rows": ["S..", "...", "..G"]}), 0)
     moved = env.step(state, PLAN, "R").state
-    assert moved.positions == "You are at row 0, column 1. The goal is at row 2, column 2."
+    assert moved.positions == ("You are at row 0, column 1. The goal is at row 2, column 2: 2 rows down and 1 column "
+                               "right.")
     ask = PlanAgent(PLAN, prompt="compact").observe(moved, 1)[-1]["content"]
     assert "turn 1: applied [R]" in ask and "@." in ask
 
@@ -115,3 +135,43 @@ def test_small_settings_keep_the_real_rules():
     for problem in sokoban.procedural_problems("test", 64):
         board = sokoban.reset(problem, 0).board
         assert not is_solved(board) and solve_bfs(board) is not None
+
+
+def _one_hole_sudoku(**options):
+    env = make(SudokuEnv, holes=1, **options)
+    state = env.reset(env.procedural_problems("test", 1)[0], 0)
+    board = state.board
+    (r, c), = [(r, c) for r in range(4) for c in range(4) if board.clues[r][c] == 0]
+    right = board.solution[r][c]
+    wrong = next(v for v in range(1, 5) if v != right)
+    clue = next((i, j) for i in range(4) for j in range(4) if board.clues[i][j])
+    dodge = f"[[{clue[0]}, {clue[1]}, {board.clues[clue[0]][clue[1]] % 4 + 1}]]"  # tries to change a clue: refused
+    return env, state, f"[[{r}, {c}, {right}]]", f"[[{r}, {c}, {wrong}]]", dodge
+
+
+def test_shaped_sudoku_rewards_pay_a_refused_clue_change_more_than_a_wrong_guess():
+    # why rewards="success" exists: the cpu_sudoku run of 2026-11-26 collapsed onto fills that change clues
+    env, state, right, wrong, dodge = _one_hole_sudoku()
+    score = {name: env.step(state, PLAN, answer).state.plan_reward
+             for name, answer in (("right", right), ("wrong", wrong), ("dodge", dodge))}
+    assert score["right"] == 3.5 and score["wrong"] == -0.5 and score["dodge"] == -0.1
+
+
+def test_success_rewards_are_one_for_the_solving_step_and_zero_for_every_other_answer():
+    env, state, right, wrong, dodge = _one_hole_sudoku(rewards="success")
+    for answer, expected in ((right, 1.0), (wrong, 0.0), (dodge, 0.0)):
+        step = env.step(state, PLAN, answer)
+        assert (step.state.plan_reward, env.team_reward(step.state)) == (expected, expected)
+        assert f"reward {expected:+.2f}" in step.state.history[-1]  # the prompt's history shows the reward given
+    assert env.step(state, PLAN, "no fills here").state.plan_reward == -2.0  # no_action_penalty still applies
+    path = make(PlanPathEnv, rewards="success")
+    start = path.reset(Problem("p", {"rows": ["S.G"]}), 0)
+    halfway = path.step(start, PLAN, "R")
+    assert halfway.state.plan_reward == 0.0 and not halfway.terminated
+    done = path.step(halfway.state, PLAN, "R")
+    assert done.terminated and done.state.plan_reward == 1.0 and path.team_reward(done.state) == 1.0
+
+
+def test_an_unknown_rewards_mode_is_refused():
+    with pytest.raises(ValueError, match="rewards must be one of shaped, success"):
+        make(SudokuEnv, rewards="sparse")

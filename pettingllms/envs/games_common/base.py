@@ -11,6 +11,10 @@ Rewards (each game adds its own shaping, see its module):
 - plan agent local reward: the return of its real step; ``no_action_penalty`` when nothing parses;
 - team reward: the real board's cumulative return so far (constant across tool branches of a node, since the
   tool never moves the real board; the tool's signal is its local reward).
+- ``rewards="success"`` replaces every game's shaping with the bare outcome: a step (real or simulated) returns 1
+  when it solves the board and 0 otherwise; ``no_action_penalty`` still applies. With shaping, a small model can
+  learn to dodge: Sudoku charges -0.5 for a wrong digit in a hole but -0.1 for a fill that tries to change a clue
+  (and is refused), so when no sampled guess of a GRPO group is right, the refused fills score best.
 Termination: ``terminated`` when the real board is solved; ``truncated`` when its move budget is spent.
 Success: the real board is solved.
 """
@@ -30,7 +34,8 @@ from .runner import ProgramRunner, tool_runner
 TOOL = "tool_agent"
 PLAN = "plan_agent"
 TEST_SEED_OFFSET = 10**9  # train seeds are [0, 1e9), test seeds [1e9, ...): disjoint by construction
-EXAMPLE_SEED = -1  # the worked example's puzzle: in neither split, so no prompt shows a training or test answer
+EXAMPLE_SEED = -1  # the worked example's first candidate puzzle: in neither split, so no prompt shows a training or test answer
+EXAMPLE_CANDIDATES = 64  # seeds -1, -2, ..., -64 are tried in turn for an example whose answer shows enough (below)
 EXAMPLE_SEARCH_STATES = 20_000  # a solver search bigger than this gives no worked example (the prompt goes without)
 SHOWN_CODE_CHARS = 3000
 SHOWN_OUTPUT_CHARS = 1500
@@ -65,6 +70,7 @@ class WorkedExample:
     board_text: str
     positions: str
     answer: str  # an action list that solves it, in the game's answer format
+    seed: int = EXAMPLE_SEED  # the puzzle's seed (negative: in neither split)
 
 
 @dataclass(frozen=True)
@@ -133,9 +139,18 @@ class Game(ABC):
     def describe_actions(self, actions: Sequence) -> str:
         return "[" + ", ".join(str(a) for a in actions[:60]) + (", ..." if len(actions) > 60 else "") + "]"
 
+    def example_shows_enough(self, answer: str) -> bool:
+        """Whether a solved puzzle with this answer is a good worked example. A small model copies the example's
+        answer onto every board, so a game whose short answers look alike (Plan-Path's single move ``L``) asks for
+        one that does not; the default takes the first puzzle that has a solution."""
+        del answer
+        return True
+
 
 class GameEnv(Env):
     """Base of the Sokoban, Sudoku and Plan-Path envs. Subclasses set ``game`` in ``__init__``."""
+
+    REWARDS = ("shaped", "success")
 
     graph = AgentGraph.sequential([TOOL, PLAN])
     agent_classes = {TOOL: "pettingllms.envs.games_common.agents:ToolAgent", PLAN: "pettingllms.envs.games_common.agents:PlanAgent"}
@@ -149,9 +164,13 @@ class GameEnv(Env):
         tool_timeout_s: float = 5.0,
         sandbox_workers: int = 4,
         runner: ProgramRunner | None = None,
+        rewards: str = "shaped",
         **options: Any,
     ) -> None:
         super().__init__(max_turns=max_turns, **options)
+        if rewards not in self.REWARDS:
+            raise ValueError(f"rewards must be one of {', '.join(self.REWARDS)}, got {rewards!r}")
+        self.rewards = rewards
         self.no_action_penalty = float(no_action_penalty)
         self.runner: ProgramRunner = runner or tool_runner(timeout_s=tool_timeout_s, workers=sandbox_workers)
 
@@ -208,8 +227,14 @@ class GameEnv(Env):
         if not actions:
             return replace(state, tool=replace(record, sim_reward=self.no_action_penalty))
         outcome = self.game.apply(state.board, actions[:MAX_ACTIONS], first_step=state.plan_steps == 0)
-        return replace(state, tool=replace(record, actions=tuple(actions), sim_reward=outcome.reward,
+        return replace(state, tool=replace(record, actions=tuple(actions), sim_reward=self._reward(outcome),
                                            sim_solved=outcome.solved))
+
+    def _reward(self, outcome: Outcome) -> float:
+        """The step's reward: the game's shaped return, or under ``rewards="success"`` 1 if it solved the board."""
+        if self.rewards == "success":
+            return 1.0 if outcome.solved else 0.0  # a solved board ends the episode, so this counts once
+        return outcome.reward
 
     def _plan_step(self, state: GameState, answer: str | None) -> Transition:
         actions = self.game.parse_actions(answer, state.board)
@@ -220,8 +245,9 @@ class GameEnv(Env):
                           history=state.history + (line,))
             return Transition(new)
         outcome = self.game.apply(state.board, actions[:MAX_ACTIONS], first_step=state.plan_steps == 0)
+        reward = self._reward(outcome)
         line = (f"turn {turn}: applied {self.game.describe_actions(actions)} "
-                f"({outcome.valid} valid, {outcome.invalid} invalid), reward {outcome.reward:+.2f}"
+                f"({outcome.valid} valid, {outcome.invalid} invalid), reward {reward:+.2f}"
                 + (", solved" if outcome.solved else ""))
         new = replace(
             state,
@@ -229,8 +255,8 @@ class GameEnv(Env):
             board_text=self.game.render(outcome.board),
             positions=self.game.positions(outcome.board),
             plan_actions=tuple(actions),
-            plan_reward=outcome.reward,
-            real_return=state.real_return + outcome.reward,
+            plan_reward=reward,
+            real_return=state.real_return + reward,
             plan_steps=turn,
             solved=outcome.solved,
             history=state.history + (line,),
@@ -257,15 +283,22 @@ class GameEnv(Env):
 
 @functools.lru_cache(maxsize=64)
 def worked_example(game: Game) -> WorkedExample | None:
-    """The puzzle of ``EXAMPLE_SEED`` with its solution (once per game setting and process)."""
-    try:
-        board = game.board_from_data(game.generate(EXAMPLE_SEED))
-    except RuntimeError:  # a setting the generator cannot build this seed for: the prompt goes without an example
-        return None
-    answer = game.solution(board, EXAMPLE_SEARCH_STATES)
-    if answer is None:
-        return None
-    return WorkedExample(game.render(board), game.positions(board), answer)
+    """The first puzzle of seeds ``EXAMPLE_SEED``, ``EXAMPLE_SEED - 1``, ... whose solution the game calls a good
+    example (``Game.example_shows_enough``), else the first with a solution (once per game setting and process)."""
+    first: WorkedExample | None = None
+    for seed in range(EXAMPLE_SEED, EXAMPLE_SEED - EXAMPLE_CANDIDATES, -1):
+        try:
+            board = game.board_from_data(game.generate(seed))
+        except RuntimeError:  # a setting the generator cannot build: the prompt goes without an example
+            return None
+        answer = game.solution(board, EXAMPLE_SEARCH_STATES)
+        if answer is None:
+            continue
+        example = WorkedExample(game.render(board), game.positions(board), answer, seed)
+        if game.example_shows_enough(answer):
+            return example
+        first = first or example
+    return first
 
 
 @functools.lru_cache(maxsize=4096)

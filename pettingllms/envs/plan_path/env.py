@@ -30,6 +30,16 @@ GOAL_BONUS, OPTIMAL_BONUS, OUT_OF_MOVES = 1.0, 0.5, -1.0
 Cell = tuple[int, int]
 
 
+def offset_in_words(board: "PathBoard") -> str:
+    """Where the goal lies from the player, ``2 rows down and 1 column left``: a fact about the board, not a path
+    (walls may force a longer one)."""
+    (r, c), (gr, gc) = board.position, board.goal
+    parts = [f"{abs(d)} {unit if abs(d) == 1 else unit + 's'} {word}"
+             for d, unit, word in ((gr - r, "row", "down" if gr > r else "up"),
+                                   (gc - c, "column", "right" if gc > c else "left")) if d]
+    return " and ".join(parts) or "here"
+
+
 @dataclass(frozen=True)
 class PathBoard:
     walls: frozenset[Cell]
@@ -157,7 +167,10 @@ class PlanPathGame(Game):
 
     def positions(self, board: PathBoard) -> str:
         return (f"You are at row {board.position[0]}, column {board.position[1]}. "
-                f"The goal is at row {board.goal[0]}, column {board.goal[1]}.")
+                f"The goal is at row {board.goal[0]}, column {board.goal[1]}: {offset_in_words(board)}.")
+
+    def example_shows_enough(self, answer: str) -> bool:
+        return len(set(answer.split())) >= 2  # moves on both axes: not one letter a small model copies everywhere
 
     def solution(self, board: PathBoard, max_states: int) -> str | None:
         del max_states  # a grid's BFS visits each cell once
