@@ -3,6 +3,8 @@
     python benchmarks/learning_claims.py                   # pre-registration 2: 3 methods x 8 paired seeds, vault
     python benchmarks/learning_claims.py --quick           # a short end-to-end check (1 seed, tiny random model and budget; bench lane)
     python benchmarks/learning_claims.py --seeds 0 1       # some of the seeds; runs already finished are kept (below)
+    python benchmarks/learning_claims.py --record benchmarks/results/learning_claims_paired_vault_runs.jsonl
+                                                           # resume from the committed runs (how it is run in pieces)
     python benchmarks/learning_claims.py --protocol first  # pre-registration 1, as it ran (3 seeds)
     python benchmarks/learning_claims.py --env cpu_sudoku --quick   # a built-in game, through its cpu_<env> preset
 
@@ -291,8 +293,8 @@ def append_run(record: Path, result: dict, protocol: Protocol) -> None:
 
 
 def finished_runs(record: Path, protocol: Protocol, env: str) -> dict[tuple[str, int], dict]:
-    """The runs of ``record`` (``<log_dir>/runs.jsonl``) made under this protocol, on this env, with this version's
-    overrides, by (method, seed)."""
+    """The runs of ``record`` (``<log_dir>/runs.jsonl``, or ``--record``) made under this protocol, on this env,
+    with this version's overrides (wherever their files went), by (method, seed)."""
     if not record.is_file():
         return {}
     settings = json.loads(json.dumps(asdict(protocol)))  # as read back: tuples become lists
@@ -301,9 +303,14 @@ def finished_runs(record: Path, protocol: Protocol, env: str) -> dict[tuple[str,
         r = json.loads(line)
         if r.pop("protocol", None) != settings or r.get("env") != env or r["method"] not in task(env).methods():
             continue
-        if r["overrides"] == _overrides(r["method"], r["seed"], protocol, env, record.parent):
+        if _settings(r["overrides"]) == _settings(_overrides(r["method"], r["seed"], protocol, env, Path("."))):
             done[(r["method"], r["seed"])] = r
     return done
+
+
+def _settings(overrides: Sequence[str]) -> list[str]:
+    """A run's overrides less where its files went: a run is the same run whatever its log directory."""
+    return [o for o in overrides if not o.startswith("training.log_dir=")]
 
 
 def summarize(runs: Sequence[dict], protocol: Protocol) -> dict:
@@ -396,6 +403,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--methods", nargs="+", choices=list(VAULT.methods()), default=list(VAULT.methods()))
     parser.add_argument("--out-dir")
     parser.add_argument("--log-dir", default="logs/learning_claims")
+    parser.add_argument("--record", help="the finished runs' file (default <log-dir>/runs.jsonl); a committed one "
+                                         "(benchmarks/results/learning_claims_paired_vault_runs.jsonl) carries a "
+                                         "comparison run in pieces across machines")
     parser.add_argument("--seeds", nargs="+", type=int, help="default: the protocol's (0 with --quick)")
     args = parser.parse_args(argv)
     task(args.env)  # an unknown env stops here
@@ -408,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     name = NAME if args.protocol == "first" and not args.quick else f"{NAME}_{args.protocol}_{args.env}"
     load_before = load_average()
     started = time.perf_counter()
-    record = Path(args.log_dir) / "runs.jsonl"
+    record = Path(args.record) if args.record else Path(args.log_dir) / "runs.jsonl"
     done = finished_runs(record, protocol, args.env)
     runs = []
     for seed in seeds:

@@ -53,6 +53,18 @@ def test_finished_runs_are_reused_only_under_the_same_protocol_and_env(tmp_path)
     assert lc.finished_runs(tmp_path / "none.jsonl", lc.PAIRED, "vault") == {}
 
 
+def test_a_committed_record_resumes_runs_whose_files_went_elsewhere(tmp_path):
+    # a comparison run in pieces across machines keeps its record in benchmarks/results (--record), its run
+    # directories under each machine's logs/
+    record = tmp_path / "results" / "runs.jsonl"
+    lc.append_run(record, fake_run("trajectory", 2, 0.4, tmp_path / "elsewhere"), lc.PAIRED)
+    assert list(lc.finished_runs(record, lc.PAIRED, "vault")) == [("trajectory", 2)]
+    changed = fake_run("at_grpo", 2, 0.4, tmp_path)
+    changed["overrides"] = [*changed["overrides"], "optim.lr=1e-4"]  # another setting: not the same run
+    lc.append_run(record, changed, lc.PAIRED)
+    assert list(lc.finished_runs(record, lc.PAIRED, "vault")) == [("trajectory", 2)]
+
+
 def test_summary_pairs_seeds_and_decides_by_the_interval(tmp_path):
     protocol = dataclasses.replace(lc.PAIRED, seeds=tuple(range(8)))  # 8 seeds: the exact bootstrap, fast
     at = [0.9, 0.8, 0.7, 0.9, 0.6, 0.8, 0.7, 0.9]
