@@ -18,7 +18,7 @@ PAPER = {  # preset -> (env, agents, K, max_turns): the public reference's launc
     "paper_plan_path": ("plan_path", {"tool_agent", "plan_agent"}, 8, 4),
 }
 CPU = {  # preset -> (env, env options): the packaged SmolLM2-135M on boards it can learn on a CPU
-    "cpu_plan_path": ("plan_path", {"size": 3, "wall_prob": 0.0}),
+    "cpu_plan_path": ("plan_path", {"size": 4, "wall_prob": 0.0, "max_moves": 6}),
     "cpu_sudoku": ("sudoku", {"size": 4, "holes": 1}),
 }
 TINY_STEP = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",

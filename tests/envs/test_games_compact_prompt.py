@@ -53,17 +53,17 @@ def test_a_plan_path_example_moves_on_both_axes_so_copying_it_is_not_a_policy():
     # every held-out grid; the example is now the first puzzle whose path turns
     example = worked_example(make(PlanPathEnv, size=3, wall_prob=0.0).game)
     assert example.seed == -4 and example.answer == "D D R R"
-    assert example.positions.endswith("The goal is at row 2, column 2: 2 rows down and 2 columns right.")
+    assert example.positions.endswith("The goal is at row 2, column 2: 2 rows down (D) and 2 columns right (R).")
 
 
 def test_the_offset_in_words_is_the_goal_minus_the_player_even_behind_walls():
     env = make(PlanPathEnv)
     state = env.reset(Problem("p", {"rows": ["G#.", ".#.", "..S"]}), 0)
-    assert state.positions == "You are at row 2, column 2. The goal is at row 0, column 0: 2 rows up and 2 columns left."
+    assert state.positions == "You are at row 2, column 2. The goal is at row 0, column 0: 2 rows up (U) and 2 columns left (L)."
     one_axis = env.reset(Problem("q", {"rows": ["S.G"]}), 0)
-    assert one_axis.positions.endswith(": 2 columns right.")
+    assert one_axis.positions.endswith(": 2 columns right (R).")
     near = env.reset(Problem("r", {"rows": ["S", "G"]}), 0)
-    assert near.positions.endswith(": 1 row down.")
+    assert near.positions.endswith(": 1 row down (D).")
 
 
 def test_the_compact_prompt_shows_the_example_then_the_board_with_its_positions():
@@ -83,8 +83,8 @@ def test_after_a_move_the_positions_and_the_earlier_turn_follow_the_real_board()
     env = make(PlanPathEnv, size=3, wall_prob=0.0)
     state = env.reset(Problem("p", {"rows": ["S..", "...", "..G"]}), 0)
     moved = env.step(state, PLAN, "R").state
-    assert moved.positions == ("You are at row 0, column 1. The goal is at row 2, column 2: 2 rows down and 1 column "
-                               "right.")
+    assert moved.positions == ("You are at row 0, column 1. The goal is at row 2, column 2: 2 rows down (D) and 1 "
+                               "column right (R).")
     ask = PlanAgent(PLAN, prompt="compact").observe(moved, 1)[-1]["content"]
     assert "turn 1: applied [R]" in ask and "@." in ask
 

@@ -31,10 +31,10 @@ Cell = tuple[int, int]
 
 
 def offset_in_words(board: "PathBoard") -> str:
-    """Where the goal lies from the player, ``2 rows down and 1 column left``: a fact about the board, not a path
-    (walls may force a longer one)."""
+    """Where the goal lies from the player, ``2 rows down (D) and 1 column left (L)``: a fact about the board, not
+    a path (walls may force a longer one). The move letters tie the words to the answer format for a small model."""
     (r, c), (gr, gc) = board.position, board.goal
-    parts = [f"{abs(d)} {unit if abs(d) == 1 else unit + 's'} {word}"
+    parts = [f"{abs(d)} {unit if abs(d) == 1 else unit + 's'} {word} ({word[0].upper()})"
              for d, unit, word in ((gr - r, "row", "down" if gr > r else "up"),
                                    (gc - c, "column", "right" if gc > c else "left")) if d]
     return " and ".join(parts) or "here"

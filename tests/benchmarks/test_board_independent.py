@@ -1,0 +1,40 @@
+"""The board-independent floor of a Plan-Path preset (benchmarks/board_independent.py): the best fixed answer."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import board_independent as bi  # noqa: E402
+
+from pettingllms.core import Problem  # noqa: E402
+from pettingllms.envs.games_common.runner import EchoRunner  # noqa: E402
+from pettingllms.envs.plan_path.env import PlanPathEnv  # noqa: E402
+
+
+def grids(*rows_list):
+    return [Problem(f"g{i}", {"rows": rows}) for i, rows in enumerate(rows_list)]
+
+
+def test_the_best_fixed_answer_is_found_and_scored_by_the_real_env():
+    env = PlanPathEnv(max_turns=1, runner=EchoRunner())
+    problems = grids(["S.G"], [".SG"], ["G.S"])  # goals 2 right, 1 right, 2 left
+    # "R R" solves the first two (moves after the goal are ignored); no list of 1-2 moves solves all three
+    assert bi.best_fixed_answer(env, problems, 2) == ("R R", 2 / 3)
+    assert bi.best_fixed_answer(env, problems, 1) == ("R", 1 / 3)
+
+
+def test_turns_repeat_the_answer_and_the_move_budget_stops_them():
+    two_turns = PlanPathEnv(max_turns=2, runner=EchoRunner())
+    assert bi.best_fixed_answer(two_turns, grids(["G.S"]), 1) == ("L", 1.0)  # one L a turn, two turns
+    budget = PlanPathEnv(max_turns=2, max_moves=1, runner=EchoRunner())
+    assert bi.best_fixed_answer(budget, grids(["G.S"]), 1) == ("U", 0.0)  # out of moves after the first
+
+
+def test_the_preset_floor_is_below_the_learning_target(tmp_path):
+    report = bi.main(["--max-length", "2", "--out-dir", str(tmp_path)])  # short lists: fast; the full run is 6
+    assert report["preset"] == "cpu_plan_path" and report["held_out_problems"] == 64
+    assert report["answers_tried"] == 4 + 16 and 0 < report["best_success"] < 0.5
+    assert json.loads((tmp_path / "board_independent.json").read_text())["best_answer"] == report["best_answer"]
