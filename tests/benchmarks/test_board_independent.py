@@ -37,4 +37,24 @@ def test_the_preset_floor_is_below_the_learning_target(tmp_path):
     report = bi.main(["--max-length", "2", "--out-dir", str(tmp_path)])  # short lists: fast; the full run is 6
     assert report["preset"] == "cpu_plan_path" and report["held_out_problems"] == 64
     assert report["answers_tried"] == 4 + 16 and 0 < report["best_success"] < 0.5
-    assert json.loads((tmp_path / "board_independent.json").read_text())["best_answer"] == report["best_answer"]
+    saved = json.loads((tmp_path / "board_independent_cpu_plan_path.json").read_text())
+    assert saved["best_answer"] == report["best_answer"]
+
+
+def test_the_best_fixed_sudoku_grid_takes_the_most_common_digit_at_each_hole(tmp_path):
+    from pettingllms.envs.sudoku.env import SudokuEnv
+
+    env = SudokuEnv(max_turns=2, holes=1, runner=EchoRunner())
+    problems = env.procedural_problems("test", 64)
+    answer, floor = bi.best_fixed_grid(env, problems, problems)
+    starts = [env.reset(p, 0) for p in problems]
+    holes = {}
+    for state in starts:
+        (cell,) = [(r, c) for r in range(4) for c in range(4) if not state.board.clues[r][c]]
+        holes.setdefault(cell, []).append(state.board.solution[cell[0]][cell[1]])
+    expected = sum(max(digits.count(d) for d in set(digits)) for digits in holes.values()) / 64
+    assert floor == expected  # played through the env, it solves exactly the puzzles its digit is right for
+    assert bi.success(env, starts, "[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]") < floor
+    report = bi.main(["--preset", "cpu_sudoku", "--out-dir", str(tmp_path)])
+    assert report["env"] == "sudoku" and report["best_success"] == floor and report["best_answer"] == answer
+    assert report["train_picked_success"] <= floor  # picked elsewhere, it cannot beat the held-out pick

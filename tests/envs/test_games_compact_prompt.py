@@ -175,3 +175,12 @@ def test_success_rewards_are_one_for_the_solving_step_and_zero_for_every_other_a
 def test_an_unknown_rewards_mode_is_refused():
     with pytest.raises(ValueError, match="rewards must be one of shaped, success"):
         make(SudokuEnv, rewards="sparse")
+
+
+def test_sudoku_positions_tell_the_fills_from_the_clues_after_a_wrong_fill():
+    env, state, right, wrong, dodge = _one_hole_sudoku()
+    (r, c, v), = [tuple(int(x) for x in wrong.strip("[]").split(", "))]
+    after = env.step(state, PLAN, wrong).state
+    assert after.positions == f"Empty cells (row, column): none. Your fills (row, column, value): ({r}, {c}, {v})."
+    assert state.positions == f"Empty cells (row, column): ({r}, {c})."  # before any fill: only the holes
+    assert env.step(after, PLAN, right).terminated  # a fill can be written over; a clue cannot

@@ -214,8 +214,14 @@ class SudokuGame(Game):
         return "\n".join(" ".join(str(v) if v else "." for v in row) for row in board.grid)
 
     def positions(self, board: SudokuBoard) -> str:
-        empty = [(r, c) for r in range(board.size) for c in range(board.size) if not board.grid[r][c]]
-        return "Empty cells (row, column): " + (", ".join(f"({r}, {c})" for r, c in empty) or "none") + "."
+        cells = [(r, c) for r in range(board.size) for c in range(board.size)]
+        empty = [(r, c) for r, c in cells if not board.grid[r][c]]
+        text = "Empty cells (row, column): " + (", ".join(f"({r}, {c})" for r, c in empty) or "none") + "."
+        # the board text cannot tell a fill from a clue: without this a wrong fill is invisible in the next turn
+        filled = [(r, c, board.grid[r][c]) for r, c in cells if board.grid[r][c] and not board.clues[r][c]]
+        if filled:
+            text += " Your fills (row, column, value): " + ", ".join(f"({r}, {c}, {v})" for r, c, v in filled) + "."
+        return text
 
     def solution(self, board: SudokuBoard, max_states: int) -> str | None:
         del max_states  # the board carries its unique solution
