@@ -86,5 +86,15 @@ def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") 
     }
 
 
+def episode_errors(episodes: Sequence[EpisodeRecord]) -> str | None:
+    """One line on the episodes an error ended early, or None. Such an episode is kept (its turns before the error
+    train), so without this line a config that cuts every episode short, such as a ``training.max_prompt_length``
+    the second turn's history outgrows, would show only as a low ``error_ratio`` in the summary."""
+    failed = [e for e in episodes if e.error is not None]
+    if not failed:
+        return None
+    return f"{len(failed)} of {len(episodes)} episodes ended early on an error; the first: {failed[0].error}"
+
+
 def prefixed(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
     return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}

@@ -13,6 +13,7 @@ from pettingllms.trainer.step_timing import step_line
 
 HEADLINE = ("episode/success_rate", "episode/team_reward_mean")
 NONFINITE = "nonfinite_rewards"  # dropped NaN/inf rewards (reward.non_finite=drop): shown whenever there are any
+ERRORS = "error_ratio"  # episodes an error ended early (e.g. a history past max_prompt_length): shown when any
 
 
 class StepProgress:
@@ -33,9 +34,13 @@ class StepProgress:
             parts.append(timing)
         if metrics.get(f"episode/{NONFINITE}"):
             parts.append(f"{NONFINITE} {metrics[f'episode/{NONFINITE}']:.0f}")
+        if metrics.get(f"episode/{ERRORS}"):
+            parts.append(f"{ERRORS} {metrics[f'episode/{ERRORS}']:.3f}")
         val = [f"{k} {v:.3f}" for k, v in metrics.items() if k.startswith("val/") and k.endswith("success_rate")]
         val += [f"{k} {v:.0f}" for k, v in metrics.items()
                 if k.startswith("val/") and k.count("/") == 2 and k.endswith(f"/{NONFINITE}") and v]
+        val += [f"{k} {v:.3f}" for k, v in metrics.items()
+                if k.startswith("val/") and k.count("/") == 2 and k.endswith(f"/{ERRORS}") and v]
         line = " | ".join(parts + val)
         tqdm.write(line)
         logging.getLogger(STEP_LOGGER).info(line)

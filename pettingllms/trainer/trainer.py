@@ -32,7 +32,7 @@ from pettingllms.rollout.executor import Executor
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer.cursor import DataCursor
-from pettingllms.trainer.metrics import episode_metrics, prefixed, sample_metrics
+from pettingllms.trainer.metrics import episode_errors, episode_metrics, prefixed, sample_metrics
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.step_timing import breakdown, measured_parts, slowest_update
 from pettingllms.trainer.run_dir import (
@@ -183,6 +183,8 @@ class Trainer:
         # 1. Rollout: tree-structured episodes for a batch of problems.
         batch = self.cursor.next_batch(self.cfg.training.train_batch_size)
         rollout = self.executor.run([p for p, _ in batch], [s for _, s in batch])
+        if (errors := episode_errors(rollout.episodes)) is not None:
+            log.warning("step %d: %s", step, errors)
         # 2. Route: keep trainable agents' samples and send each to the policy that owns its agent.
         per_policy: dict[str, list[Sample]] = defaultdict(list)
         for sample in rollout.samples:
@@ -220,6 +222,8 @@ class Trainer:
             result = self.executor.run(problems, list(range(len(problems))), validation=True,
                                        n=self.cfg.rollout.val_samples)
             write_validation_records(self.run_dir, step, name, result.episodes)
+            if (errors := episode_errors(result.episodes)) is not None:
+                log.warning("validation of %s at step %d: %s", name, step, errors)
             metrics.update(episode_metrics(result.episodes, prefix=f"val/{name}"))
             metrics.update(prefixed(f"val/{name}", sample_metrics(result.samples)))
         return metrics

@@ -102,3 +102,33 @@ def test_cpu_presets_run_one_tiny_step(name, tmp_path, capsys):
     rows = [json.loads(line) for line in (run / "summary.log").read_text().splitlines()]
     assert [r["step"] for r in rows if "val/procedural/success_rate" in r] == [0, 1]
     assert "held-out procedural (2 problems, validation sampling): success" in capsys.readouterr().out
+
+
+SECOND_TURN_ANSWERS = {  # a wrong first answer at least as long as the model's (its max_tokens): turn 2 must fit
+    "cpu_plan_path": lambda board: "D D R R L",
+    "cpu_sudoku": lambda board: "[[{0}, {1}, {2}], [0, 0, 1], [1, 1, 2], [2, 2, 3]]".format(
+        *next((r, c, v % 4 + 1) for r in range(4) for c in range(4) for v in [board.solution[r][c]]
+              if not board.clues[r][c])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CPU))
+def test_cpu_presets_second_turn_prompts_fit_their_max_prompt_length(name):
+    # cpu_sudoku's 512 let the first prompt through (504 tokens) but not the second (580): every episode not solved
+    # in turn 1 ended there, in the runs of 2026-11-26, with only an error_ratio in the summary to show it
+    from pettingllms.core.registry import get_env_class
+    from pettingllms.envs.games_common.agents import PlanAgent
+    from pettingllms.envs.games_common.runner import EchoRunner
+    from pettingllms.models.codec import HFChatCodec
+
+    cfg = load_config("train", [f"+experiment={name}"])
+    env = get_env_class(cfg.env.name)(max_turns=cfg.env.max_turns, runner=EchoRunner(), **dict(cfg.env.options))
+    agent = PlanAgent("plan_agent", **dict(cfg.agents["plan_agent"].options))
+    codec = HFChatCodec.from_pretrained(cfg.base_models["policy_0"].path)  # the real tokenizer and chat template
+    second_turns = []
+    for problem in env.procedural_problems("test", cfg.env.max_val_problems):
+        state = env.reset(problem, 0)
+        step = env.step(state, "plan_agent", SECOND_TURN_ANSWERS[name](state.board))
+        if not (step.terminated or step.truncated):  # (the answer solves a few boards by chance)
+            second_turns.append(len(codec.encode_chat(agent.observe(step.state, 1))))
+    assert len(second_turns) >= 32 and max(second_turns) <= cfg.training.max_prompt_length

@@ -79,3 +79,27 @@ def test_update_and_sync_come_from_the_policy_the_step_waited_for():
     updates = {"a": {"timing/update_s": 5.0, "timing/sync_s": 1.0}, "b": {"timing/update_s": 1.0, "timing/sync_s": 8.0}}
     assert slowest_update(updates) == {"update": 1.0, "sync": 8.0}
     assert slowest_update({}) == {"update": 0.0, "sync": 0.0}
+
+
+def test_episodes_an_error_ended_are_named_in_a_line_and_on_the_step_line(capsys):
+    from pettingllms.core.types import EpisodeRecord
+    from pettingllms.trainer.metrics import episode_errors, episode_metrics
+    from pettingllms.trainer.progress import StepProgress
+
+    def episode(error):
+        return EpisodeRecord(episode="e", problem_id="p", turns=2, terminated=False, truncated=error is not None,
+                             success=False, team_reward=0.0, agent_rewards={}, error=error)
+
+    clean = [episode(None), episode(None)]
+    assert episode_errors(clean) is None
+    cut = [episode(None), episode("prompt of agent 'plan_agent' at turn 1 ... > training.max_prompt_length=512")]
+    assert episode_errors(cut) == ("1 of 2 episodes ended early on an error; the first: prompt of agent 'plan_agent' "
+                                   "at turn 1 ... > training.max_prompt_length=512")
+    metrics = {**episode_metrics(cut), **episode_metrics(cut, prefix="val/procedural")}
+    with StepProgress(total=1, done=0) as progress:
+        progress.advance(1, metrics)
+    line = capsys.readouterr().out
+    assert "| error_ratio 0.500" in line and "val/procedural/error_ratio 0.500" in line
+    with StepProgress(total=1, done=0) as progress:
+        progress.advance(1, episode_metrics(clean))
+    assert "error_ratio" not in capsys.readouterr().out
