@@ -19,7 +19,7 @@ PAPER = {  # preset -> (env, agents, K, max_turns): the public reference's launc
 }
 CPU = {  # preset -> (env, env options): the packaged SmolLM2-135M on boards it can learn on a CPU
     "cpu_plan_path": ("plan_path", {"size": 4, "wall_prob": 0.0, "max_moves": 6}),
-    "cpu_sudoku": ("sudoku", {"size": 4, "holes": 1}),
+    "cpu_sudoku": ("sudoku", {"size": 4, "holes": 1, "rewards": "success"}),
 }
 TINY_STEP = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",
              "training.train_batch_size=1", "rollout.branching=2", "env.max_val_problems=2", "training.val_freq=1",

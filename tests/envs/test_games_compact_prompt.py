@@ -14,7 +14,8 @@ from pettingllms.envs.plan_path.env import PlanPathEnv, shortest_path_length
 from pettingllms.envs.sokoban.env import SokobanEnv, is_solved, solve_bfs
 from pettingllms.envs.sudoku.env import SudokuEnv, count_solutions
 
-SETTINGS = [  # the presets' settings and the envs' defaults
+SETTINGS = [  # the presets' settings (and round 1's 3x3 grid) and the envs' defaults
+    (PlanPathEnv, {"size": 4, "wall_prob": 0.0, "max_moves": 6}),
     (PlanPathEnv, {"size": 3, "wall_prob": 0.0}),
     (PlanPathEnv, {}),
     (SudokuEnv, {"holes": 1}),
@@ -115,13 +116,14 @@ def test_an_unknown_prompt_is_refused_and_the_option_is_known_to_the_config_chec
 
 
 def test_small_settings_keep_the_real_rules():
-    path = make(PlanPathEnv, size=3, wall_prob=0.0)
+    path = make(PlanPathEnv, size=4, wall_prob=0.0, max_moves=6)
     sudoku = make(SudokuEnv, holes=1)
     sokoban = make(SokobanEnv, size=5)
     for problem in path.procedural_problems("test", 64):
         board = path.reset(problem, 0).board
-        assert (board.height, board.width, board.walls) == (3, 3, frozenset()) and board.position != board.goal
-        assert board.optimal == shortest_path_length(board.walls, 3, 3, board.position, board.goal) >= 1
+        assert (board.height, board.width, board.walls) == (4, 4, frozenset()) and board.position != board.goal
+        assert board.max_moves == 6 >= board.optimal  # the budget never cuts a shortest path
+        assert board.optimal == shortest_path_length(board.walls, 4, 4, board.position, board.goal) >= 1
     for problem in sudoku.procedural_problems("test", 64):
         state = sudoku.reset(problem, 0)
         board = state.board
