@@ -70,6 +70,34 @@ the first result is kept and both are reported.)
   exists as this is written, so only ``--quick`` runs there. Its budget, evaluation points and seeds are to be
   written here and added to ``REGISTERED`` in a commit of their own before its first full run.
 
+PRE-REGISTRATION 3: A BUILT-IN GAME, PLAN-PATH (``--protocol paired_game --env cpu_plan_path``; ``GAME_PAIRED``.
+Written and committed in its own commit on 2026-11-26, after ``cpu_plan_path`` was shown to learn
+(docs/environments/games.md) and before any run of this comparison; the same rules of change as pre-registration 2.)
+
+- Question: on the Plan-Path preset, at equal generated training tokens, does AT-GRPO's tree grouping learn faster
+  than trajectory GRPO?
+- Task and model: ``+experiment=cpu_plan_path`` as shipped: 4x4 grids without walls, a 6-move budget, 2 turns, the
+  plan agent alone with the compact prompt, the packaged SmolLM2-135M in float32, one LoRA adapter (rank 32), lr
+  3e-4 (one warmup step, then constant, as ``RUN``), temperature 0.5 in training, greedy held-out evaluation.
+- Methods: the preset is played by one agent (a 135M model writes no working search program, so the tool agent is
+  left out), so single-agent GRPO and trajectory GRPO are the same method here and only two are compared:
+  ``at_grpo`` (tree rollouts, K=4 at each (turn, agent) node, groups per (problem, turn, agent)) and ``trajectory``
+  (K=4 independent episodes per problem, one group per (problem, agent), each sample scored with its episode's
+  return). The AT-GRPO-vs-single-agent question of the paper needs a team, which this preset does not have.
+- Budget: 1,500 generated training tokens per run (steps of 4 problems; the step that crosses it is completed). In
+  the preset's run, tree steps of 8 grids generated about 220 tokens each, and training success reached 0.88 by
+  about 1,200 tokens, so 1,500 tokens keeps the rising phase in which methods can differ.
+- Held-out evaluation (greedy, independent episodes, the test seed space): before training on the first 32 test
+  grids; at the first step reaching 500 and 1,000 tokens on the same 32; after the last step on 64.
+- Seeds: 0 to 7, 8 per method, paired as in pre-registration 2 (seed s of both methods shares data order and
+  initialisation).
+- Metric, test and decision rule: as pre-registration 2 (primary: the mean over the three evaluation points after
+  the start; secondary: the final success on 64; the 95% paired percentile bootstrap interval of the mean per-seed
+  difference AT-GRPO minus trajectory; better when the interval lies above or below 0, otherwise not separated;
+  with fewer than 8 paired seeds, no decision). One comparison, so no correction. Reported whichever way it falls.
+- Cost, estimated from the preset's run on a quiet machine (38 s per step of 8 grids, 90 s to evaluate 64): about
+  4 min of training and 4 min of evaluation per run, 16 runs in about 2.2 h. It resumes at run granularity.
+
 PRE-REGISTRATION 1, as committed in d427c09 and run at 1b3e100 (``--protocol first``); its text is unchanged:
 
 PRE-REGISTRATION (written and committed before the first full run; not to be changed after seeing results; if
@@ -221,9 +249,15 @@ QUICK = Protocol(budget=40, eval_at=(20,), start_problems=4, mid_problems=4, end
                  rule="paired_bootstrap", overrides=("optim.micro_batch_max_tokens=1024",
                                                      "base_models.policy_0.path=tiny-random-smollm2",
                                                      "training.train_batch_size=2"))
-PROTOCOLS = {"paired": PAIRED, "first": FIRST}
+# pre-registration 3 (the docstring): Plan-Path, tree vs trajectory grouping (one agent: no single-agent baseline)
+GAME_PAIRED = Protocol(budget=1500, eval_at=(500, 1000), start_problems=32, mid_problems=32, end_problems=64,
+                       seeds=tuple(range(8)), rule="paired_bootstrap")
+PROTOCOLS = {"paired": PAIRED, "first": FIRST, "paired_game": GAME_PAIRED}
+# the methods a protocol compares, where not all three (kept out of Protocol: a finished run's record holds its
+# protocol's fields, and a new field would keep every earlier record from being resumed)
+PROTOCOL_METHODS = {"paired_game": ("at_grpo", "trajectory")}
 # the comparisons that are pre-registered (protocol, env); any other full run is refused
-REGISTERED = {("paired", "vault"), ("first", "vault")}
+REGISTERED = {("paired", "vault"), ("first", "vault"), ("paired_game", "cpu_plan_path")}
 
 
 def run(method: str, seed: int, protocol: Protocol, env: str, log_dir: Path) -> dict:
@@ -398,9 +432,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, a tiny budget: checks the pipeline only")
     parser.add_argument("--protocol", choices=list(PROTOCOLS), default="paired",
-                        help="paired: pre-registration 2 (default); first: pre-registration 1, as it ran")
+                        help="paired: pre-registration 2 (default); first: pre-registration 1, as it ran; "
+                             "paired_game: pre-registration 3 (--env cpu_plan_path)")
     parser.add_argument("--env", default="vault", help="vault, or a cpu_<env> preset of pettingllms/configs/experiment")
-    parser.add_argument("--methods", nargs="+", choices=list(VAULT.methods()), default=list(VAULT.methods()))
+    parser.add_argument("--methods", nargs="+", choices=list(VAULT.methods()),
+                        help="default: the protocol's (all three, or PROTOCOL_METHODS)")
     parser.add_argument("--out-dir")
     parser.add_argument("--log-dir", default="logs/learning_claims")
     parser.add_argument("--record", help="the finished runs' file (default <log-dir>/runs.jsonl); a committed one "
@@ -414,6 +450,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
         raise SystemExit(f"error: --env {args.env} has no pre-registered comparison under --protocol "
                          f"{args.protocol}; write its budget and evaluation points into the docstring and REGISTERED "
                          "(committed before its first run), or check the pipeline with --quick")
+    registered_methods = list(PROTOCOL_METHODS.get(args.protocol, VAULT.methods()))
+    args.methods = args.methods or registered_methods
+    if not args.quick and not set(args.methods) <= set(registered_methods):
+        raise SystemExit(f"error: --protocol {args.protocol} compares {', '.join(registered_methods)} only")
     seeds = args.seeds or list(protocol.seeds)
     name = NAME if args.protocol == "first" and not args.quick else f"{NAME}_{args.protocol}_{args.env}"
     load_before = load_average()

@@ -105,3 +105,23 @@ def test_a_finished_run_is_read_back_as_written(tmp_path):
     assert line["protocol"]["budget"] == 3000 and line["protocol"]["seeds"] == list(range(16))
     assert lc.finished_runs(tmp_path / "runs.jsonl", lc.PAIRED, "vault")[("single_agent", 5)] == \
         json.loads(json.dumps(run))
+
+
+def test_the_plan_path_comparison_is_registered_for_its_two_methods_only(tmp_path):
+    from pettingllms.entry.train import load_config
+
+    assert ("paired_game", "cpu_plan_path") in lc.REGISTERED
+    p = lc.GAME_PAIRED
+    assert (p.budget, p.eval_at, p.start_problems, p.mid_problems, p.end_problems) == (1500, (500, 1000), 32, 32, 64)
+    assert p.seeds == tuple(range(8)) and p.rule == "paired_bootstrap"
+    modes = {}
+    for method in lc.PROTOCOL_METHODS["paired_game"]:
+        cfg = load_config("train", lc._overrides(method, 3, p, "cpu_plan_path", tmp_path))
+        assert list(cfg.env.agents) == ["plan_agent"] and cfg.env.options["max_moves"] == 6
+        assert cfg.training.seed == 3 and cfg.env.max_val_problems == 64
+        modes[method] = cfg.rollout.mode
+    assert modes == {"at_grpo": "tree", "trajectory": "trajectory"}
+    with pytest.raises(SystemExit, match="--protocol paired_game compares at_grpo, trajectory only"):
+        lc.main(["--protocol", "paired_game", "--env", "cpu_plan_path", "--methods", "single_agent",
+                 "--log-dir", str(tmp_path / "logs"), "--out-dir", str(tmp_path)])
+    assert not (tmp_path / "logs").exists()
