@@ -1,4 +1,4 @@
-"""The best answer that ignores the board: a floor a preset's learning must clear to show board reading.
+"""The best answer that ignores the board: the floor a preset's learning must clear to show answers that follow it.
 
     python benchmarks/board_independent.py                      # cpu_plan_path: every move list up to its budget
     python benchmarks/board_independent.py --preset cpu_plan_path --max-length 4
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR  # noqa: E402
 
 MOVES = "UDLR"
+MAX_SEARCHED = 8  # longest move list tried (4^8 = 65,536 lists)
 TRAIN_PICK = 4096  # Sudoku: training puzzles a fixed grid is picked on (the held-out pick is an upper bound)
 
 
@@ -55,6 +56,8 @@ def best_fixed_answer(env, problems: Sequence, max_length: int) -> tuple[str, fl
 def best_fixed_grid(env, pick: Sequence, problems: Sequence) -> tuple[str, float]:
     """The fixed whole-grid answer that solves the most one-hole Sudoku puzzles of ``pick``, and its success on
     ``problems`` (played through ``env``: each turn gives the same grid)."""
+    if not pick or not problems:
+        raise ValueError("best_fixed_grid needs puzzles to pick on and to play")
     votes: dict[tuple[int, int], Counter] = {}
     n = 0
     for problem in pick:
@@ -99,7 +102,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     problems = env.procedural_problems("test", cfg.env.max_val_problems)
     started = time.perf_counter()
     if cfg.env.name == "plan_path":
-        max_length = args.max_length or int(options.get("max_moves", 6))
+        max_length = args.max_length or env.game.max_moves
+        if max_length > MAX_SEARCHED:
+            raise SystemExit(f"error: {args.preset}'s move budget is {max_length}: 4^{max_length} move lists are "
+                             f"too many to try; give --max-length (at most {MAX_SEARCHED})")
         answer, floor = best_fixed_answer(env, problems, max_length)
         tried = {"max_length": max_length, "answers_tried": sum(len(MOVES) ** n for n in range(1, max_length + 1))}
         what = f"{tried['answers_tried']} move lists of 1-{max_length} moves tried"

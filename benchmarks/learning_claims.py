@@ -184,11 +184,12 @@ class Task:
     overrides: tuple[str, ...]
     team: tuple[str, ...]  # what the team's agents need beyond ``overrides`` (their sampling)
     single_agent: tuple[str, ...]
+    team_level: tuple[str, ...] = ("specialization=L2",)  # one LoRA adapter per agent; () keeps a preset's own
 
     def methods(self) -> dict[str, list[str]]:
         """Each method's overrides: the only differences between the methods."""
-        return {"at_grpo": ["specialization=L2", "rollout.mode=tree", *self.team],
-                "trajectory": ["specialization=L2", "rollout.mode=trajectory", *self.team],
+        return {"at_grpo": [*self.team_level, "rollout.mode=tree", *self.team],
+                "trajectory": [*self.team_level, "rollout.mode=trajectory", *self.team],
                 "single_agent": ["specialization=L0", *self.single_agent, "rollout.mode=trajectory"]}
 
 
@@ -215,7 +216,9 @@ def task(env: str) -> Task:
     if env == "vault":
         return VAULT
     if env.startswith("cpu_") and (EXPERIMENTS / f"{env}.yaml").is_file():
-        return Task(overrides=(f"+experiment={env}",), team=(), single_agent=("env.agents=[plan_agent]",))
+        # the preset's own level: its agents are its team (cpu_plan_path: the plan agent alone, L0)
+        return Task(overrides=(f"+experiment={env}",), team=(), single_agent=("env.agents=[plan_agent]",),
+                    team_level=())
     presets = sorted(p.stem for p in EXPERIMENTS.glob("cpu_*.yaml"))
     raise SystemExit(f"error: --env {env}: not vault or a cpu_<env> preset of pettingllms/configs/experiment "
                      f"(presets there: {', '.join(presets) or 'none yet'})")
@@ -293,7 +296,8 @@ def run(method: str, seed: int, protocol: Protocol, env: str, log_dir: Path) -> 
     finally:
         trainer.close()
     after = [value for _, _, value in points[1:]]
-    return {"method": method, "seed": seed, "env": env, "steps": step, "tokens": tokens,
+    return {"method": method, "seed": seed, "env": env, "config_fingerprint": fingerprint(overrides),
+            "steps": step, "tokens": tokens,
             "curve": [(t, v) for t, _, v in points], "problems": [n for _, n, _ in points],
             "auc": statistics.fmean(after), "final": points[-1][2], "seconds": time.perf_counter() - started,
             "eval_seconds": evaluating[0], "overrides": overrides}
@@ -328,7 +332,7 @@ def append_run(record: Path, result: dict, protocol: Protocol) -> None:
 
 def finished_runs(record: Path, protocol: Protocol, env: str) -> dict[tuple[str, int], dict]:
     """The runs of ``record`` (``<log_dir>/runs.jsonl``, or ``--record``) made under this protocol, on this env,
-    with this version's overrides (wherever their files went), by (method, seed)."""
+    with this version's overrides (wherever their files went) resolving to the same config, by (method, seed)."""
     if not record.is_file():
         return {}
     settings = json.loads(json.dumps(asdict(protocol)))  # as read back: tuples become lists
@@ -337,14 +341,33 @@ def finished_runs(record: Path, protocol: Protocol, env: str) -> dict[tuple[str,
         r = json.loads(line)
         if r.pop("protocol", None) != settings or r.get("env") != env or r["method"] not in task(env).methods():
             continue
-        if _settings(r["overrides"]) == _settings(_overrides(r["method"], r["seed"], protocol, env, Path("."))):
-            done[(r["method"], r["seed"])] = r
+        now = _overrides(r["method"], r["seed"], protocol, env, Path("."))
+        if _settings(r["overrides"]) != _settings(now):
+            continue
+        # runs recorded before fingerprints (the first of pre-registration 2, 2026-11-26) match by overrides alone
+        if "config_fingerprint" in r and r["config_fingerprint"] != fingerprint(now):
+            continue
+        done[(r["method"], r["seed"])] = r
     return done
 
 
 def _settings(overrides: Sequence[str]) -> list[str]:
     """A run's overrides less where its files went: a run is the same run whatever its log directory."""
     return [o for o in overrides if not o.startswith("training.log_dir=")]
+
+
+def fingerprint(overrides: Sequence[str]) -> str:
+    """A hash of the whole config the overrides resolve to, less where the run's files go: a preset or a default
+    changed since a run was recorded changes it, while the override strings stay the same."""
+    import hashlib
+
+    from pettingllms.config.load import to_dict
+    from pettingllms.entry.train import load_config
+
+    config = to_dict(load_config("train", list(overrides)))
+    for key in ("log_dir", "experiment_name"):
+        config["training"].pop(key, None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def summarize(runs: Sequence[dict], protocol: Protocol) -> dict:
@@ -379,6 +402,7 @@ def summarize(runs: Sequence[dict], protocol: Protocol) -> dict:
 
 
 COLORS = {"at_grpo": "tab:blue", "trajectory": "tab:orange", "single_agent": "tab:green"}
+METHOD_NAMES = {"at_grpo": "AT-GRPO", "trajectory": "trajectory GRPO", "single_agent": "single agent"}
 
 
 def plot(runs: Sequence[dict], comparisons: dict, path: Path, title: str) -> None:
@@ -494,8 +518,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{name}.json").write_text(json.dumps(report, indent=1))
     plot(runs, summary["comparisons"], directory / f"{name}.png",
-         f"{args.env}, {args.protocol} protocol{' (--quick)' if args.quick else ''}: AT-GRPO vs trajectory GRPO "
-         "vs single agent")
+         f"{args.env}, {args.protocol} protocol{' (--quick)' if args.quick else ''}: "
+         + " vs ".join(METHOD_NAMES[m] for m in args.methods))
     for key, value in report["comparisons"].items():
         if "low" in value:
             print(f"{key}: {value['mean']:+.3f}, 95% interval [{value['low']:+.3f}, {value['high']:+.3f}] over "

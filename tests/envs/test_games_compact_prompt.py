@@ -46,7 +46,7 @@ def test_the_example_seed_is_in_neither_split(cls, options):
     env = make(cls, **options)
     seed = worked_example(env.game).seed
     seeds = {p.data["seed"] for split in ("train", "test") for p in env.procedural_problems(split, 200)}
-    assert seed not in seeds and seed <= EXAMPLE_SEED < 0 < TEST_SEED_OFFSET
+    assert seed not in seeds and seed <= EXAMPLE_SEED < 0
 
 
 def test_a_plan_path_example_moves_on_both_axes_so_copying_it_is_not_a_policy():
@@ -57,10 +57,24 @@ def test_a_plan_path_example_moves_on_both_axes_so_copying_it_is_not_a_policy():
     assert example.positions.endswith("The goal is at row 2, column 2: 2 rows down (D) and 2 columns right (R).")
 
 
+def test_an_example_that_shows_too_little_is_kept_when_no_later_seed_can_be_built():
+    from pettingllms.envs.plan_path.env import PlanPathGame
+
+    class OnlySeedMinusOne(PlanPathGame):  # seed -1 is a one-move puzzle (L); every later seed fails to generate
+        def generate(self, seed):
+            if seed < EXAMPLE_SEED:
+                raise RuntimeError("cannot build")
+            return super().generate(seed)
+
+    example = worked_example(OnlySeedMinusOne(3, 0.0))
+    assert (example.seed, example.answer) == (EXAMPLE_SEED, "L")
+
+
 def test_the_offset_in_words_is_the_goal_minus_the_player_even_behind_walls():
     env = make(PlanPathEnv)
     state = env.reset(Problem("p", {"rows": ["G#.", ".#.", "..S"]}), 0)
-    assert state.positions == "You are at row 2, column 2. The goal is at row 0, column 0: 2 rows up (U) and 2 columns left (L)."
+    assert state.positions == ("You are at row 2, column 2. The goal is at row 0, column 0: 2 rows up (U) and 2 "
+                               "columns left (L).")
     one_axis = env.reset(Problem("q", {"rows": ["S.G"]}), 0)
     assert one_axis.positions.endswith(": 2 columns right (R).")
     near = env.reset(Problem("r", {"rows": ["S", "G"]}), 0)
@@ -172,6 +186,17 @@ def test_success_rewards_are_one_for_the_solving_step_and_zero_for_every_other_a
     assert halfway.state.plan_reward == 0.0 and not halfway.terminated
     done = path.step(halfway.state, PLAN, "R")
     assert done.terminated and done.state.plan_reward == 1.0 and path.team_reward(done.state) == 1.0
+
+
+def test_success_rewards_score_the_tool_by_whether_its_simulated_actions_solve():
+    from pettingllms.envs.games_common.base import TOOL
+
+    env = make(PlanPathEnv, rewards="success")  # EchoRunner: the "program" prints its own source
+    start = env.reset(Problem("p", {"rows": ["S.G"]}), 0)
+    assert env.step(start, TOOL, "**Actions List**: [R, R]").state.tool.sim_reward == 1.0
+    assert env.step(start, TOOL, "**Actions List**: [R]").state.tool.sim_reward == 0.0  # progress is not solving
+    assert env.step(start, TOOL, "print('no marker')").state.tool.sim_reward == -2.0  # no_action_penalty still
+    assert env.step(start, TOOL, "**Actions List**: [R, R]").state.board == start.board  # the real board stays
 
 
 def test_an_unknown_rewards_mode_is_refused():

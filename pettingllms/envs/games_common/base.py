@@ -34,9 +34,9 @@ from .runner import ProgramRunner, tool_runner
 TOOL = "tool_agent"
 PLAN = "plan_agent"
 TEST_SEED_OFFSET = 10**9  # train seeds are [0, 1e9), test seeds [1e9, ...): disjoint by construction
-EXAMPLE_SEED = -1  # the worked example's first candidate puzzle: in neither split, so no prompt shows a training or test answer
+EXAMPLE_SEED = -1  # the example's first candidate: in neither split, so no prompt shows a training or test answer
 EXAMPLE_CANDIDATES = 64  # seeds -1, -2, ..., -64 are tried in turn for an example whose answer shows enough (below)
-EXAMPLE_SEARCH_STATES = 20_000  # a solver search bigger than this gives no worked example (the prompt goes without)
+EXAMPLE_SEARCH_STATES = 20_000  # a seed whose solver search passes this is skipped (none solved: no example)
 SHOWN_CODE_CHARS = 3000
 SHOWN_OUTPUT_CHARS = 1500
 
@@ -289,10 +289,10 @@ def worked_example(game: Game) -> WorkedExample | None:
     for seed in range(EXAMPLE_SEED, EXAMPLE_SEED - EXAMPLE_CANDIDATES, -1):
         try:
             board = game.board_from_data(game.generate(seed))
-        except RuntimeError:  # a setting the generator cannot build: the prompt goes without an example
-            return None
+        except RuntimeError:  # a setting the generator cannot build (it raises for every seed): stop looking
+            break
         answer = game.solution(board, EXAMPLE_SEARCH_STATES)
-        if answer is None:
+        if answer is None:  # too hard a search: the next seed
             continue
         example = WorkedExample(game.render(board), game.positions(board), answer, seed)
         if game.example_shows_enough(answer):

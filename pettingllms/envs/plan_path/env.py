@@ -30,16 +30,6 @@ GOAL_BONUS, OPTIMAL_BONUS, OUT_OF_MOVES = 1.0, 0.5, -1.0
 Cell = tuple[int, int]
 
 
-def offset_in_words(board: "PathBoard") -> str:
-    """Where the goal lies from the player, ``2 rows down (D) and 1 column left (L)``: a fact about the board, not
-    a path (walls may force a longer one). The move letters tie the words to the answer format for a small model."""
-    (r, c), (gr, gc) = board.position, board.goal
-    parts = [f"{abs(d)} {unit if abs(d) == 1 else unit + 's'} {word} ({word[0].upper()})"
-             for d, unit, word in ((gr - r, "row", "down" if gr > r else "up"),
-                                   (gc - c, "column", "right" if gc > c else "left")) if d]
-    return " and ".join(parts) or "here"
-
-
 @dataclass(frozen=True)
 class PathBoard:
     walls: frozenset[Cell]
@@ -50,6 +40,16 @@ class PathBoard:
     optimal: int  # BFS distance from the start
     moves: int = 0
     max_moves: int = 200
+
+
+def offset_in_words(board: PathBoard) -> str:
+    """Where the goal lies from the player, ``2 rows down (D) and 1 column left (L)``: a fact about the board, not
+    a path (walls may force a longer one). The move letters tie the words to the answer format for a small model."""
+    (r, c), (gr, gc) = board.position, board.goal
+    parts = [f"{abs(d)} {unit if abs(d) == 1 else unit + 's'} {word} ({word[0].upper()})"
+             for d, unit, word in ((gr - r, "row", "down" if gr > r else "up"),
+                                   (gc - c, "column", "right" if gc > c else "left")) if d]
+    return " and ".join(parts) or "here"
 
 
 def shortest_path(walls: frozenset[Cell], height: int, width: int, start: Cell, goal: Cell) -> list[str] | None:
