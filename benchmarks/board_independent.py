@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import RESULTS_DIR  # noqa: E402
+from _report import RESULTS_DIR, out_dir  # noqa: E402
 
 MOVES = "UDLR"
 MAX_SEARCHED = 8  # longest move list tried (4^8 = 65,536 lists)
@@ -94,8 +94,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu_plan_path")
     parser.add_argument("--max-length", type=int, help="longest move list tried (default: the preset's max_moves)")
-    parser.add_argument("--out-dir", default=str(RESULTS_DIR))
+    parser.add_argument("--out-dir")
+    parser.add_argument("--quick", action="store_true", help="move lists of at most 2 moves, to a temp folder")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.max_length = args.max_length or 2
     cfg = load_config("train", [f"+experiment={args.preset}"])
     options = dict(cfg.env.options)
     env = get_env_class(cfg.env.name)(max_turns=cfg.env.max_turns, runner=EchoRunner(), **options)
@@ -122,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
               "preset": args.preset, "env": cfg.env.name, "env_options": options, "max_turns": cfg.env.max_turns,
               "held_out_problems": len(problems), **tried,
               "best_answer": answer, "best_success": floor, "seconds": round(time.perf_counter() - started, 1)}
-    out = Path(args.out_dir)
+    out = out_dir(args.out_dir, args.quick)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"board_independent_{args.preset}.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"{args.preset}: the best answer that ignores the board, '{answer}', solves {floor:.1%} of "

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import board_independent as bi  # noqa: E402
 
@@ -31,6 +33,12 @@ def test_turns_repeat_the_answer_and_the_move_budget_stops_them():
     assert bi.best_fixed_answer(two_turns, grids(["G.S"]), 1) == ("L", 1.0)  # one L a turn, two turns
     budget = PlanPathEnv(max_turns=2, max_moves=1, runner=EchoRunner())
     assert bi.best_fixed_answer(budget, grids(["G.S"]), 1) == ("U", 0.0)  # out of moves after the first
+
+
+@pytest.mark.bench
+def test_board_independent_quick(tmp_path):
+    report = bi.main(["--quick", "--out-dir", str(tmp_path)])
+    assert report["max_length"] == 2 and (tmp_path / "board_independent_cpu_plan_path.json").is_file()
 
 
 def test_the_preset_floor_is_below_the_learning_target(tmp_path):
