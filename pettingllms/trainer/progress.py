@@ -14,6 +14,7 @@ from pettingllms.trainer.step_timing import step_line
 HEADLINE = ("episode/success_rate", "episode/team_reward_mean")
 NONFINITE = "nonfinite_rewards"  # dropped NaN/inf rewards (reward.non_finite=drop): shown whenever there are any
 ERRORS = "error_ratio"  # episodes an error ended early (e.g. a history past max_prompt_length): shown when any
+SHOWN_WHEN_ANY = {NONFINITE: ".0f", ERRORS: ".3f"}  # episode metrics on the line only when non-zero, and their format
 
 
 class StepProgress:
@@ -32,15 +33,11 @@ class StepProgress:
         timing = step_line(metrics)  # the step's seconds and where they went
         if timing is not None:
             parts.append(timing)
-        if metrics.get(f"episode/{NONFINITE}"):
-            parts.append(f"{NONFINITE} {metrics[f'episode/{NONFINITE}']:.0f}")
-        if metrics.get(f"episode/{ERRORS}"):
-            parts.append(f"{ERRORS} {metrics[f'episode/{ERRORS}']:.3f}")
+        parts += [f"{name} {metrics[f'episode/{name}']:{fmt}}" for name, fmt in SHOWN_WHEN_ANY.items()
+                  if metrics.get(f"episode/{name}")]
         val = [f"{k} {v:.3f}" for k, v in metrics.items() if k.startswith("val/") and k.endswith("success_rate")]
-        val += [f"{k} {v:.0f}" for k, v in metrics.items()
-                if k.startswith("val/") and k.count("/") == 2 and k.endswith(f"/{NONFINITE}") and v]
-        val += [f"{k} {v:.3f}" for k, v in metrics.items()
-                if k.startswith("val/") and k.count("/") == 2 and k.endswith(f"/{ERRORS}") and v]
+        val += [f"{k} {v:{fmt}}" for name, fmt in SHOWN_WHEN_ANY.items() for k, v in metrics.items()
+                if k.startswith("val/") and k.count("/") == 2 and k.endswith(f"/{name}") and v]
         line = " | ".join(parts + val)
         tqdm.write(line)
         logging.getLogger(STEP_LOGGER).info(line)
