@@ -115,7 +115,7 @@ def test_sudoku_and_sokoban_positions_name_the_real_cells():
     sudoku = make(SudokuEnv, holes=2)
     board = sudoku.reset(sudoku.procedural_problems("test", 1)[0], 0).board
     empty = [(r, c) for r in range(4) for c in range(4) if board.grid[r][c] == 0]
-    assert sudoku.game.positions(board) == "Empty cells (row, column): " + ", ".join(map(str, empty)) + "."
+    assert sudoku.game.positions(board).startswith("Empty cells (row, column): " + ", ".join(map(str, empty)) + ". ")
     sokoban = make(SokobanEnv)
     board = sokoban.reset(Problem("corridor", {"rows": ["#######", "#@_$_.#", "#######"]}), 0).board
     assert sokoban.game.positions(board) == "You are at row 1, column 1. Box at row 1, column 3. Goal at row 1, column 5."
@@ -208,6 +208,27 @@ def test_sudoku_positions_tell_the_fills_from_the_clues_after_a_wrong_fill():
     env, state, right, wrong, dodge = _one_hole_sudoku()
     (r, c, v), = [tuple(int(x) for x in wrong.strip("[]").split(", "))]
     after = env.step(state, PLAN, wrong).state
-    assert after.positions == f"Empty cells (row, column): none. Your fills (row, column, value): ({r}, {c}, {v})."
-    assert state.positions == f"Empty cells (row, column): ({r}, {c})."  # before any fill: only the holes
+    assert after.positions.startswith(f"Empty cells (row, column): none. Your fills (row, column, value): "
+                                      f"({r}, {c}, {v}). Cell ({r}, {c}): ")
+    assert state.positions.startswith(f"Empty cells (row, column): ({r}, {c}). Cell")  # before any fill: the holes
     assert env.step(after, PLAN, right).terminated  # a fill can be written over; a clue cannot
+
+
+SOLVED_4X4 = [[1, 2, 3, 4], [3, 4, 1, 2], [2, 1, 4, 3], [4, 3, 2, 1]]
+
+
+def test_sudoku_positions_name_each_open_cells_row_column_and_box_digits_by_hand():
+    # holes at (0, 2) and (0, 3); digits counted by hand from SOLVED_4X4
+    puzzle = [[1, 2, 0, 0], *SOLVED_4X4[1:]]
+    env = make(SudokuEnv, holes=2)
+    state = env.reset(Problem("two holes", {"puzzle": puzzle, "solution": SOLVED_4X4}), 0)
+    assert state.positions == (
+        "Empty cells (row, column): (0, 2), (0, 3)."
+        " Cell (0, 2): its row has 1 2, its column has 1 2 4, its box has 1 2."
+        " Cell (0, 3): its row has 1 2, its column has 1 2 3, its box has 1 2.")
+    # a fill counts in the other cells' units like a clue, and the filled cell stays listed (it can be written over)
+    after = env.step(state, PLAN, "[[0, 3, 3]]").state
+    assert after.positions == (
+        "Empty cells (row, column): (0, 2). Your fills (row, column, value): (0, 3, 3)."
+        " Cell (0, 2): its row has 1 2 3, its column has 1 2 4, its box has 1 2 3."
+        " Cell (0, 3): its row has 1 2, its column has 1 2 3, its box has 1 2.")

@@ -11,6 +11,8 @@
 - Rewards per plan/tool step: 1.0 * (phi' - phi) with phi = the fraction of the puzzle's empty cells that hold
   their solution value, -0.1 per invalid fill, -0.5 when the resulting grid breaks a row, column or box rule,
   +2 on solving, +0.5 more when solved in the first plan step (the reference's "efficiency" bonus).
+- Positions in words (the plan agent's compact prompt): the empty cells, the agent's own fills, and for each cell
+  that is not a clue the digits of its row, column and box.
 - Seeds: train 0..1e9-1, test 1e9.. (``procedural_problems``); dataset rows carry ``puzzle`` and ``solution``.
 """
 
@@ -67,6 +69,16 @@ def is_solved_grid(grid: Grid, clues: Grid) -> bool:
     if any(clues[r][c] and grid[r][c] != clues[r][c] for r in range(n) for c in range(n)):
         return False
     return not breaks_rules(grid)
+
+
+def seen_digits(grid: Grid, r: int, c: int) -> tuple[list[int], list[int], list[int]]:
+    """The digits in the other cells of (r, c)'s row, column and box, each sorted (clues and fills alike)."""
+    n = len(grid)
+    br, bc = box_shape(n)
+    r0, c0 = r - r % br, c - c % bc
+    units = ([(r, j) for j in range(n)], [(i, c) for i in range(n)],
+             [(i, j) for i in range(r0, r0 + br) for j in range(c0, c0 + bc)])
+    return tuple(sorted(grid[i][j] for i, j in unit if (i, j) != (r, c) and grid[i][j]) for unit in units)
 
 
 def _candidates(grid: list[list[int]], r: int, c: int, n: int) -> list[int]:
@@ -221,6 +233,11 @@ class SudokuGame(Game):
         filled = [(r, c, board.grid[r][c]) for r, c in cells if board.grid[r][c] and not board.clues[r][c]]
         if filled:
             text += " Your fills (row, column, value): " + ", ".join(f"({r}, {c}, {v})" for r, c, v in filled) + "."
+        # a small model does not find a cell's row, column and box in the grid text (round 2 of games.md): name them
+        for r, c in cells:
+            if not board.clues[r][c]:
+                row, column, box = (" ".join(map(str, digits)) or "none" for digits in seen_digits(board.grid, r, c))
+                text += f" Cell ({r}, {c}): its row has {row}, its column has {column}, its box has {box}."
         return text
 
     def solution(self, board: SudokuBoard, max_states: int) -> str | None:
