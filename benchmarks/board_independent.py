@@ -2,10 +2,12 @@
 
     python benchmarks/board_independent.py                      # cpu_plan_path: every move list up to its budget
     python benchmarks/board_independent.py --preset cpu_plan_path --max-length 4
+    python benchmarks/board_independent.py --preset cpu_sokoban  # the same search over Sokoban's moves
     python benchmarks/board_independent.py --preset cpu_sudoku  # the best fixed grid
 
 A small model can raise held-out success without reading the board: on a small grid a fixed tour such as
-``U U R R D D`` reaches many goals (a move into the edge is refused, so the tour sweeps the corners). This plays
+``U U R R D D`` reaches many goals (a move into the edge is refused, so the tour sweeps the corners), and on a
+small Sokoban room many boxes are one push from their goal. This plays
 every move list of 1 to ``--max-length`` moves (default: the preset's move budget ``max_moves``, beyond which
 moves are never applied) as the plan agent's answer at every turn, on the preset's held-out grids (the first
 ``env.max_val_problems`` test seeds, as its validation), through the real env, and reports the best list's success.
@@ -36,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import RESULTS_DIR, out_dir  # noqa: E402
 
 MOVES = "UDLR"
+MOVE_GAMES = ("plan_path", "sokoban")  # answers are move lists, capped by the env's max_moves
 MAX_SEARCHED = 8  # longest move list tried (4^8 = 65,536 lists)
 TRAIN_PICK = 4096  # Sudoku: training puzzles a fixed grid is picked on (the held-out pick is an upper bound)
 
@@ -104,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     env = get_env_class(cfg.env.name)(max_turns=cfg.env.max_turns, runner=EchoRunner(), **options)
     problems = env.procedural_problems("test", cfg.env.max_val_problems)
     started = time.perf_counter()
-    if cfg.env.name == "plan_path":
+    if cfg.env.name in MOVE_GAMES:
         max_length = args.max_length or env.game.max_moves
         if max_length > MAX_SEARCHED:
             raise SystemExit(f"error: {args.preset}'s move budget is {max_length}: 4^{max_length} move lists are "
@@ -119,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         what = (f"the best fixed grid, cell by cell; the grid best on {TRAIN_PICK} training puzzles, the most a fixed "
                 f"answer learned in training could hold, solves {learnable_floor:.1%}")
     else:
-        raise SystemExit(f"error: {args.preset} trains {cfg.env.name}; this floor is for Plan-Path and Sudoku")
+        raise SystemExit(f"error: {args.preset} trains {cfg.env.name}; this floor is for Plan-Path, Sokoban and Sudoku")
     report = {"benchmark": "board_independent", "command": " ".join(["python", "benchmarks/board_independent.py",
                                                                      *(argv if argv is not None else sys.argv[1:])]),
               "preset": args.preset, "env": cfg.env.name, "env_options": options, "max_turns": cfg.env.max_turns,

@@ -73,8 +73,23 @@ def test_the_committed_floors_were_made_with_the_presets_as_shipped():
     # docs and README cite these files: a preset change must come with a new floor
     from pettingllms.entry.train import load_config
 
-    for preset in ("cpu_plan_path", "cpu_sudoku"):
+    for preset in ("cpu_plan_path", "cpu_sokoban", "cpu_sudoku"):
         saved = json.loads((bi.RESULTS_DIR / f"board_independent_{preset}.json").read_text())
         cfg = load_config("train", [f"+experiment={preset}"])
         assert saved["env_options"] == dict(cfg.env.options) and saved["max_turns"] == cfg.env.max_turns
         assert saved["held_out_problems"] == cfg.env.max_val_problems
+
+
+def test_the_sokoban_floor_is_the_levels_one_straight_push_direction_solves():
+    # with cpu_sokoban's 2-move budget a fixed answer solves a level only if its shortest solution is that answer
+    # (or its first move): counted here from the BFS solutions, independently of the search over answers
+    from pettingllms.envs.games_common.runner import EchoRunner
+    from pettingllms.envs.sokoban.env import SokobanEnv, solve_bfs
+
+    env = SokobanEnv(max_turns=2, size=6, boxes=1, max_moves=2, runner=EchoRunner())
+    problems = env.procedural_problems("test", 64)
+    answer, floor = bi.best_fixed_answer(env, problems, 2)
+    shortest = [" ".join(solve_bfs(env.reset(p, 0).board)) for p in problems]
+    first = answer.split()[0]
+    assert floor == sum(s in (first, f"{first} {first}") for s in shortest) / 64
+    assert floor == max(sum(s in (m, f"{m} {m}") for s in shortest) for m in bi.MOVES) / 64  # no direction does better

@@ -20,6 +20,7 @@ PAPER = {  # preset -> (env, agents, K, max_turns): the public reference's launc
 CPU = {  # preset -> (env, env options): the packaged SmolLM2-135M on boards it can learn on a CPU
     "cpu_plan_path": ("plan_path", {"size": 4, "wall_prob": 0.0, "max_moves": 6}),
     "cpu_sudoku": ("sudoku", {"size": 4, "holes": 1, "rewards": "success"}),
+    "cpu_sokoban": ("sokoban", {"size": 6, "boxes": 1, "max_moves": 2}),
 }
 TINY_STEP = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",
              "training.train_batch_size=1", "rollout.branching=2", "env.max_val_problems=2", "training.val_freq=1",
@@ -114,9 +115,11 @@ def test_cpu_presets_run_one_tiny_step(name, tmp_path, capsys):
 
 
 # a wrong first answer as long as one that leaves a second turn can be: the history line grows with it.
-# Plan-Path: 5 moves (a sixth would spend the 6-move budget and end the episode); Sudoku: 4 fills (16 tokens hold 2)
+# Plan-Path: 5 moves (a sixth would spend the 6-move budget and end the episode); Sokoban: 1 move; Sudoku: 4 fills
+# (16 tokens hold 2)
 SECOND_TURN_ANSWERS = {
     "cpu_plan_path": lambda board: "D D R R L",
+    "cpu_sokoban": lambda board: "U",  # a second move would spend the 2-move budget
     "cpu_sudoku": lambda board: "[[{0}, {1}, {2}], [0, 0, 1], [1, 1, 2], [2, 2, 3]]".format(
         *next((r, c, v % 4 + 1) for r in range(4) for c in range(4) for v in [board.solution[r][c]]
               if not board.clues[r][c])),

@@ -10,6 +10,7 @@ from pettingllms.core import ConfigError, Problem
 from pettingllms.envs.games_common.agents import PlanAgent
 from pettingllms.envs.games_common.base import EXAMPLE_SEED, PLAN, TEST_SEED_OFFSET, worked_example
 from pettingllms.envs.games_common.runner import EchoRunner
+from pettingllms.envs.games_common.words import offset_in_words
 from pettingllms.envs.plan_path.env import PlanPathEnv, shortest_path_length
 from pettingllms.envs.sokoban.env import SokobanEnv, is_solved, solve_bfs
 from pettingllms.envs.sudoku.env import SudokuEnv, count_solutions
@@ -20,6 +21,7 @@ SETTINGS = [  # the presets' settings (and round 1's 3x3 grid) and the envs' def
     (PlanPathEnv, {}),
     (SudokuEnv, {"holes": 1}),
     (SudokuEnv, {}),
+    (SokobanEnv, {"size": 6, "max_moves": 2}),
     (SokobanEnv, {"size": 5}),
     (SokobanEnv, {}),
 ]
@@ -118,7 +120,9 @@ def test_sudoku_and_sokoban_positions_name_the_real_cells():
     assert sudoku.game.positions(board).startswith("Empty cells (row, column): " + ", ".join(map(str, empty)) + ". ")
     sokoban = make(SokobanEnv)
     board = sokoban.reset(Problem("corridor", {"rows": ["#######", "#@_$_.#", "#######"]}), 0).board
-    assert sokoban.game.positions(board) == "You are at row 1, column 1. Box at row 1, column 3. Goal at row 1, column 5."
+    assert sokoban.game.positions(board) == ("You are at row 1, column 1. Box at row 1, column 3: 2 columns right (R) "
+                                             "of you. Goal at row 1, column 5: 2 columns right (R) of the box at row 1, "
+                                             "column 3.")
 
 
 def test_an_unknown_prompt_is_refused_and_the_option_is_known_to_the_config_check():
@@ -232,3 +236,25 @@ def test_sudoku_positions_name_each_open_cells_row_column_and_box_digits_by_hand
         "Empty cells (row, column): (0, 2). Your fills (row, column, value): (0, 3, 3)."
         " Cell (0, 2): its row has 1 2 3, its column has 1 2 4, its box has 1 2 3."
         " Cell (0, 3): its row has 1 2, its column has 1 2 3, its box has 1 2.")
+
+
+def test_offset_words_name_both_axes_with_their_move_letters_and_here():
+    assert offset_in_words((2, 3), (0, 4)) == "2 rows up (U) and 1 column right (R)"
+    assert offset_in_words((0, 4), (1, 2)) == "1 row down (D) and 2 columns left (L)"
+    assert offset_in_words((1, 1), (1, 1)) == "here"
+
+
+def test_sokoban_positions_name_each_free_goal_from_its_nearest_loose_box():
+    rows = ["#######",
+            "#@$_._#",
+            "#___*_#",
+            "#_$___#",
+            "#.____#",
+            "#######"]
+    board = make(SokobanEnv).reset(Problem("two loose boxes", {"rows": rows}), 0).board
+    assert SokobanEnv(runner=EchoRunner()).game.positions(board) == (
+        "You are at row 1, column 1."
+        " Box at row 1, column 2: 1 column right (R) of you. Box at row 3, column 2: 2 rows down (D) and 1 column right"
+        " (R) of you. Box on a goal at row 2, column 4."
+        " Goal at row 1, column 4: 2 columns right (R) of the box at row 1, column 2."
+        " Goal at row 4, column 1: 1 row down (D) and 1 column left (L) of the box at row 3, column 2.")

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from pettingllms.envs.games_common.base import GameEnv, Game, Outcome
 from pettingllms.envs.games_common.parsing import parse_moves
+from pettingllms.envs.games_common.words import offset_in_words
 from pettingllms.core import DataError
 
 DIRECTIONS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -40,16 +41,6 @@ class PathBoard:
     optimal: int  # BFS distance from the start
     moves: int = 0
     max_moves: int = 200
-
-
-def offset_in_words(board: PathBoard) -> str:
-    """Where the goal lies from the player, ``2 rows down (D) and 1 column left (L)``: a fact about the board, not
-    a path (walls may force a longer one). The move letters tie the words to the answer format for a small model."""
-    (r, c), (gr, gc) = board.position, board.goal
-    parts = [f"{abs(d)} {unit if abs(d) == 1 else unit + 's'} {word} ({word[0].upper()})"
-             for d, unit, word in ((gr - r, "row", "down" if gr > r else "up"),
-                                   (gc - c, "column", "right" if gc > c else "left")) if d]
-    return " and ".join(parts) or "here"
 
 
 def shortest_path(walls: frozenset[Cell], height: int, width: int, start: Cell, goal: Cell) -> list[str] | None:
@@ -167,7 +158,7 @@ class PlanPathGame(Game):
 
     def positions(self, board: PathBoard) -> str:
         return (f"You are at row {board.position[0]}, column {board.position[1]}. "
-                f"The goal is at row {board.goal[0]}, column {board.goal[1]}: {offset_in_words(board)}.")
+                f"The goal is at row {board.goal[0]}, column {board.goal[1]}: {offset_in_words(board.position, board.goal)}.")
 
     def example_shows_enough(self, answer: str) -> bool:
         return len(set(answer.split())) >= 2  # moves on both axes: not one letter a small model copies everywhere

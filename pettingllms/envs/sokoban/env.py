@@ -10,6 +10,8 @@
   lands on a goal and -0.5 when one leaves a goal, potential shaping 0.1 * (phi' - phi) with
   phi = -(sum over boxes of the Manhattan distance to the nearest goal), +10 when the level is solved, and -5
   when the move budget (``max_moves`` = 200) runs out (``truncated``).
+- Positions in words (the plan agent's compact prompt): you, each box with its offset from you, and each free goal
+  with its offset from the nearest box off a goal, each offset with its move letters.
 - Seeds: train 0..1e9-1, test 1e9.. (``procedural_problems``); dataset rows carry the level as ``rows``.
 """
 
@@ -22,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from pettingllms.envs.games_common.base import GameEnv, Game, Outcome
 from pettingllms.envs.games_common.parsing import INVALID_MOVE, parse_moves
+from pettingllms.envs.games_common.words import offset_in_words
 from pettingllms.core import DataError
 
 DIRECTIONS = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
@@ -237,11 +240,24 @@ class SokobanGame(Game):
         return "\n".join(render_rows(board.height, board.width, floor, board.goals, board.boxes, board.player))
 
     def positions(self, board: SokobanBoard) -> str:
+        """Each box where it lies from you, and each free goal where it lies from the nearest box off a goal."""
+        loose = sorted(board.boxes - board.goals)
         parts = [f"You are at row {board.player[0]}, column {board.player[1]}."]
-        for label, where in (("Box", board.boxes - board.goals), ("Box on a goal", board.boxes & board.goals),
-                             ("Goal", board.goals - board.boxes)):
-            parts += [f"{label} at row {r}, column {c}." for r, c in sorted(where)]
+        parts += [f"Box at row {r}, column {c}: {offset_in_words(board.player, (r, c))} of you." for r, c in loose]
+        parts += [f"Box on a goal at row {r}, column {c}." for r, c in sorted(board.boxes & board.goals)]
+        for goal in sorted(board.goals - board.boxes):
+            text = f"Goal at row {goal[0]}, column {goal[1]}"
+            if loose:
+                box = min(loose, key=lambda b: (abs(b[0] - goal[0]) + abs(b[1] - goal[1]), b))
+                text += f": {offset_in_words(box, goal)} of the box at row {box[0]}, column {box[1]}"
+            parts.append(text + ".")
         return " ".join(parts)
+
+    def example_shows_enough(self, answer: str) -> bool:
+        # a small model copies the example's answer onto every board (seed -1's is the one push `L`), so it should
+        # be more than one move; and within the move budget, as every answer the model is asked for must be. With a
+        # budget of 2 every such level is one push or two the same way (`D D`): none moves on both axes.
+        return 2 <= len(answer.split()) <= self.max_moves
 
     def solution(self, board: SokobanBoard, max_states: int) -> str | None:
         moves = solve_bfs(board, max_states)
