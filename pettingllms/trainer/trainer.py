@@ -317,10 +317,8 @@ class Trainer:
         for name, problems in self.benchmarks.items():
             key = f"val/{name}/success_rate"
             seen = [(int(r["step"]), r[key]) for r in rows if key in r]
-            if len(seen) >= 1:
-                (first_step, first), (last_step, last) = seen[0], seen[-1]
-                line = (f"held-out {name} ({len(problems)} problems, validation sampling): success {first:.3f} at "
-                        f"step {first_step} -> {last:.3f} at step {last_step} ({100 * (last - first):+.1f} points)")
+            if seen:
+                line = validation_line(name, len(problems), seen)
                 print(line, flush=True)
                 log.info(line)
 
@@ -362,3 +360,15 @@ class Trainer:
         policies, self.policies = self.policies, None
         if policies is not None:
             policies.shutdown()
+
+
+def validation_line(name: str, problems: int, seen: list[tuple[int, float]]) -> str:
+    """The end-of-run line: held-out success at the first and the latest validation, ``seen`` as (step, success)."""
+    (first_step, first), (last_step, last) = seen[0], seen[-1]
+    head = f"held-out {name} ({problems} problems, validation sampling): success "
+    if len(seen) == 1:  # a "0.19 at step 16 -> 0.19 at step 16 (+0.0 points)" would read as no learning
+        return head + (f"{last:.3f} at step {last_step} (one validation: training.val_before_train=true gives the "
+                       "start to compare with)")
+    return head + (f"{first:.3f} at step {first_step} -> {last:.3f} at step {last_step} "
+                   f"({100 * (last - first):+.1f} points)")
+
