@@ -157,8 +157,9 @@ class PlanPathGame(Game):
         return "\n".join("".join(symbol((r, c)) for c in range(board.width)) for r in range(board.height))
 
     def positions(self, board: PathBoard) -> str:
+        offset = offset_in_words(board.position, board.goal)
         return (f"You are at row {board.position[0]}, column {board.position[1]}. "
-                f"The goal is at row {board.goal[0]}, column {board.goal[1]}: {offset_in_words(board.position, board.goal)}.")
+                f"The goal is at row {board.goal[0]}, column {board.goal[1]}: {offset}.")
 
     def example_shows_enough(self, answer: str) -> bool:
         return len(set(answer.split())) >= 2  # moves on both axes: not one letter a small model copies everywhere
