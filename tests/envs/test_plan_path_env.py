@@ -73,6 +73,20 @@ def test_invalid_moves_do_not_move_and_cost_more():
     assert t.state.plan_reward == pytest.approx(3 * -0.1)
 
 
+def test_a_non_move_outscores_a_step_away_from_the_goal():
+    """The reference's shaping, kept: an invalid move (-0.1) costs less than a valid one away from the goal
+    (-0.01 - 0.1), so of the answers that miss, the best paid names no move at all. Learning-claims
+    AT-GRPO seed 2 on cpu_plan_path collapsed onto `#### E` (docs/environments/games.md, Rewards)."""
+    e = env()
+    s0 = e.reset(Problem("room", {"rows": ROOM}), 0)  # G is 2 rows down; R adds 1 to the distance
+    # the plan agent hands the env the text after its last ####, so this is the answer `#### E` against `#### R`
+    non_move, away = e.step(s0, PLAN, "E").state, e.step(s0, PLAN, "R").state
+    assert non_move.board.position == s0.board.position and away.board.position != s0.board.position
+    assert non_move.plan_reward == pytest.approx(-0.1) and away.plan_reward == pytest.approx(-0.01 - 0.1)
+    assert away.plan_reward < non_move.plan_reward
+    assert e.step(s0, PLAN, "R R").state.plan_reward == pytest.approx(2 * -0.01 - 0.2)  # 2 moves away: worse
+
+
 def test_shaping_rewards_progress_and_sums_over_turns():
     e = env()
     s0 = e.reset(Problem("room", {"rows": ROOM}), 0)
