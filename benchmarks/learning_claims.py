@@ -142,6 +142,10 @@ Result of pre-registration 1 (README, "paper claim at CPU scale"; ``benchmarks/r
 AT-GRPO 0.58 +- 0.31 on the primary metric, trajectory GRPO 0.33 +- 0.24, single agent 0.23 +- 0.16; AT-GRPO beat
 single-agent GRPO by its rule and was not separated from trajectory GRPO: the spread across 3 seeds was as large as
 the difference. Pre-registration 2 is the comparison made to separate them.
+
+Result of pre-registration 3 (README; ``benchmarks/results/learning_claims_paired_game_cpu_plan_path.json``): on
+``cpu_plan_path`` AT-GRPO 0.44 +- 0.26 on the primary metric, trajectory GRPO 0.36 +- 0.22; the mean paired
+difference +0.081, 95% interval [-0.081, +0.255] over 8 paired seeds (4 above, 4 below): not separated.
 """
 
 from __future__ import annotations
