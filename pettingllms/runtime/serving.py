@@ -90,13 +90,14 @@ def tokenizer_codec(source: str, chat_template_kwargs: Mapping | None = None):
 
 # ---------------------------------------------------------------------------------------------------- engines
 def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int = 0, autocast: bool = False,
-                colocated: bool = True) -> Any:
+                colocated: bool = True, engines_on_gpu: int = 1) -> Any:
     """Engine ``engine_index`` of the policy: the transformers engine over ``model`` (the learner's own module in a
     one-process worker, else a full copy kept for the engine), or vLLM with its own copy of the weights, started
     from the spec's model directory.
 
     autocast: the transformers engine runs its forwards under bf16 autocast (over the learner's fp32 master weights).
-    colocated: the engine shares its GPU with the policy's learner (training); eval's engines are alone.
+    colocated: the engine shares its GPU with the policy's learner (training); eval's engines have no learner.
+    engines_on_gpu: vLLM engines of different policies started on the same GPU by one process (eval).
     """
     seed = engine_seed(spec.seed, engine_index)
     if spec.engine == "hf":
@@ -110,15 +111,16 @@ def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int = 0,
         from pettingllms.rollout.vllm import VLLMEngine
 
         return VLLMEngine(spec.directory, tensor_parallel_size=spec.layout.tensor_parallel, seed=seed,
-                          codec=codec, **vllm_options(spec, colocated))
+                          codec=codec, **vllm_options(spec, colocated, engines_on_gpu))
     raise ConfigError(f"unknown engine {spec.engine!r} for policy {spec.policy!r}: use 'hf' or 'vllm'")
 
 
-def vllm_options(spec: WorkerSpec, colocated: bool = True) -> dict[str, Any]:
+def vllm_options(spec: WorkerSpec, colocated: bool = True, engines_on_gpu: int = 1) -> dict[str, Any]:
     """The vLLM engine's keywords: the policy's dtype, LoRA slots for every adapter (``max_lora_rank`` rounded up to
     a rank vLLM accepts), and the multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick
     its Ray executor and try to reserve GPUs the actor already holds). Colocated with a learner (training), also
-    sleep mode (on GPU), its share of the GPU, and unseeded requests on GPUs. ``engine_options`` win; their
+    sleep mode (on GPU), its share of the GPU, and unseeded requests on GPUs. Not colocated, ``engines_on_gpu``
+    engines of one process (eval's policies, all on its GPU) split the same budget. ``engine_options`` win; their
     ``llm_options`` reach ``vllm.LLM`` at any TP size."""
     options: dict[str, Any] = {"dtype": spec.dtype}
     if colocated:
@@ -127,6 +129,10 @@ def vllm_options(spec: WorkerSpec, colocated: bool = True) -> dict[str, Any]:
                        # A seed per request puts vLLM's sampler on its slow row-by-row path: on GPUs,
                        # throughput first (engine_options.reproducible=true for exactly resumable draws).
                        reproducible=not spec.layout.uses_gpus)
+    elif engines_on_gpu > 1:
+        # vLLM refuses to start an engine when the GPU's free memory is below its budget (gpu_memory_utilization x
+        # the whole GPU): with 0.5 each, the engine started second would find less than half the GPU free.
+        options["gpu_memory_utilization"] = round(VLLM_GPU_MEMORY_FRACTION / engines_on_gpu, 4)
     if spec.lora is not None:
         options.update(enable_lora=True, max_loras=max(1, len(spec.adapters)),
                        max_lora_rank=vllm_lora_rank(spec.lora.rank, spec.policy))
