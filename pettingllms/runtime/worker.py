@@ -210,6 +210,12 @@ class PolicyWorker:
                                f"{list(self.layout.engine_ranks)})")
         return self.engine.generate(list(requests))
 
+    def release_engine(self) -> None:
+        """Put this rank's engine to sleep for the coming update (``update`` does it too; ``PolicyGroup.update``
+        calls this first on every policy that shares a GPU, so no engine sleeps while another policy updates)."""
+        if self.learner is not None:
+            self.sync.release_for_update()
+
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
         """One training iteration (every rank gets the whole batch), then the weight sync to every engine."""
         from pettingllms.runtime.serving import device_memory
