@@ -41,7 +41,7 @@ import gc
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -260,11 +260,18 @@ class EngineSync:
     engine: the rank's rollout engine, or None on a rank that hosts none.
     adapter_configs: under LoRA, each adapter's peft ``LoraConfig`` (``model.peft_config``); empty otherwise.
     engine_model: a transformers engine's own full copy of the model (FSDP groups), refreshed by copying.
+    group_barrier: waits for every rank of the worker group, where an engine spans several ranks' GPUs (TP > 1: its
+        shards and KV cache live beside the peers' learners, and vLLM sizes and checks memory device-wide). Every
+        rank then passes it once the engine is asleep, before any learner trains, and once every rank has released
+        its cache after the weight stream, before the KV cache wakes. Every rank calls ``release_for_update`` and
+        ``push`` together (the stream is a collective).
     """
 
     def __init__(self, engine: Any, adapter_configs: Mapping[str, Any] | None = None,
-                 engine_model: torch.nn.Module | None = None) -> None:
+                 engine_model: torch.nn.Module | None = None,
+                 group_barrier: Callable[[], None] | None = None) -> None:
         self.engine = engine
+        self.group_barrier = group_barrier
         self.adapter_configs = dict(adapter_configs or {})
         self.engine_model = engine_model
         self.owns_weights = engine is not None and engine_owns_weights(engine)
@@ -282,6 +289,8 @@ class EngineSync:
         if self.sleeps and not self._asleep:
             self.engine.sleep(level=1 if self.adapter_configs else 2)
             self._asleep = True
+        if self.group_barrier is not None:
+            self.group_barrier()  # no peer's learner grows before the engine's shards on its GPU sleep
 
     def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
              shapes: Mapping[str, Sequence[int]] | None = None) -> float:
@@ -296,6 +305,9 @@ class EngineSync:
         self.memory = {"memory/cache_released_gb": released / 1e9, **device_memory("after_release")}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
+            if self.group_barrier is not None:
+                release_accelerator_cache()  # the stream's gathered tensors, before the host wakes the KV cache
+                self.group_barrier()
             return 0.0
         started = time.perf_counter()
         if self.engine_model is not None:
@@ -318,10 +330,13 @@ class EngineSync:
                     raise
             self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
         self.memory.update(device_memory("after_weights"))
-        if self._asleep:
+        if self._asleep or self.group_barrier is not None:
             # The stream refilled this process's cache with gathered full tensors: give them back before the KV
             # cache (the largest allocation of the step) is taken by the engine's process.
             release_accelerator_cache()
+        if self.group_barrier is not None:
+            self.group_barrier()  # every peer has given its gathered tensors back too
+        if self._asleep:
             self.engine.wake_up(["kv_cache"])
             self._asleep = False
             self.memory.update(device_memory("after_wake"))

@@ -25,7 +25,7 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
 from pettingllms.core.part_clock import PartClock
@@ -111,7 +111,12 @@ class PolicyWorker:
         if self.layout.sharded:
             self._join_process_group(address, port)
         self._build_learner(device)
+        barrier = engine_group_barrier(self.layout)
+        if barrier is not None:  # vLLM sizes its KV cache from the free memory of every GPU its TP group spans:
+            barrier()  # the peers' learners are built before it measures,
         self._build_engine(device, engine)
+        if barrier is not None:
+            barrier()  # and change nothing until it has
         from pettingllms.runtime.serving import initial_push_needed
 
         if initial_push_needed(spec, trained=False):
@@ -184,7 +189,8 @@ class PolicyWorker:
             autocast = (engine_model is self._model and spec.dtype == "bfloat16"
                         and next(self._model.parameters()).dtype == torch.float32)
             self.engine = make_engine(spec, engine_model, self.codec, index, autocast=autocast)
-        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names), self._engine_model)
+        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names), self._engine_model,
+                               group_barrier=engine_group_barrier(self.layout))
 
     @property
     def model(self):
@@ -300,6 +306,16 @@ class PolicyWorker:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def engine_group_barrier(layout) -> Callable[[], None] | None:
+    """``torch.distributed.barrier`` for a worker group whose engines span several ranks' GPUs (TP > 1), else None:
+    there each rank's engine is on its own GPU and nothing needs to wait (``serving.EngineSync`` says where it waits)."""
+    if layout.tensor_parallel > 1 and layout.sharded:
+        import torch.distributed as dist
+
+        return dist.barrier
+    return None
 
 
 def save_tokenizer_beside(paths: Sequence[Path | str], codec) -> list[str]:
