@@ -305,6 +305,8 @@ class EngineSync:
         self.memory = {"memory/cache_released_gb": released / 1e9, **device_memory("after_release")}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
+            # A peer of a TP engine's host (engine None) meets the host below: the host of a TP engine is always
+            # vLLM (TP > 1 is a vLLM setting), which needs the weights.
             if self.group_barrier is not None:
                 release_accelerator_cache()  # the stream's gathered tensors, before the host wakes the KV cache
                 self.group_barrier()

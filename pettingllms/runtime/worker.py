@@ -21,6 +21,8 @@ resolved once by the run's plan (``RunPlan.resolved``); a spec built by hand is 
 
 from __future__ import annotations
 
+import datetime
+import functools
 import logging
 import os
 import socket
@@ -48,6 +50,7 @@ class PolicyWorker:
         self._model = None
         self._engine_model = None  # a transformers engine's own full copy (FSDP groups)
         self._codec = None
+        self._engine_barrier = None  # the TP group's barrier (engine_group_barrier), from setup on
 
     # ------------------------------------------------------------------------------------------ placement
     def placement(self) -> dict[str, Any]:
@@ -110,8 +113,8 @@ class PolicyWorker:
             torch.cuda.set_device(device)  # Ray exposes this rank's GPU first
         if self.layout.sharded:
             self._join_process_group(address, port)
+        self._engine_barrier = barrier = engine_group_barrier(self.layout)
         self._build_learner(device)
-        barrier = engine_group_barrier(self.layout)
         if barrier is not None:  # vLLM sizes its KV cache from the free memory of every GPU its TP group spans:
             barrier()  # the peers' learners are built before it measures,
         self._build_engine(device, engine)
@@ -190,7 +193,7 @@ class PolicyWorker:
                         and next(self._model.parameters()).dtype == torch.float32)
             self.engine = make_engine(spec, engine_model, self.codec, index, autocast=autocast)
         self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names), self._engine_model,
-                               group_barrier=engine_group_barrier(self.layout))
+                               group_barrier=self._engine_barrier)
 
     @property
     def model(self):
@@ -308,14 +311,21 @@ class PolicyWorker:
                 dist.destroy_process_group()
 
 
-def engine_group_barrier(layout) -> Callable[[], None] | None:
-    """``torch.distributed.barrier`` for a worker group whose engines span several ranks' GPUs (TP > 1), else None:
-    there each rank's engine is on its own GPU and nothing needs to wait (``serving.EngineSync`` says where it waits)."""
-    if layout.tensor_parallel > 1 and layout.sharded:
-        import torch.distributed as dist
+ENGINE_BARRIER_TIMEOUT = datetime.timedelta(hours=1)  # the peers wait at it through the host's whole vLLM start
 
-        return dist.barrier
-    return None
+
+def engine_group_barrier(layout) -> Callable[[], None] | None:
+    """A barrier of the worker group (joined, every rank calls this once) whose engines span several ranks' GPUs
+    (TP > 1), else None: there each rank's engine is on its own GPU and nothing needs to wait
+    (``serving.EngineSync`` says where it waits). It runs on a gloo group: on the CPU, holding no GPU memory, and
+    with a timeout longer than NCCL's default, since peers wait at it while the host starts vLLM (weights,
+    compilation, CUDA graphs). A rank that fails leaves the others waiting there until the group is killed."""
+    if not (layout.tensor_parallel > 1 and layout.sharded):
+        return None
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="gloo", timeout=ENGINE_BARRIER_TIMEOUT)
+    return functools.partial(dist.barrier, group=group)
 
 
 def save_tokenizer_beside(paths: Sequence[Path | str], codec) -> list[str]:

@@ -207,12 +207,21 @@ def test_an_engine_spanning_its_peers_gpus_waits_for_them_to_sleep_and_to_releas
     assert [c[0] for c in calls] == ["barrier", "release_cache", "release_cache", "barrier"]
 
 
-def test_only_a_tensor_parallel_group_waits_at_the_barrier():
+def test_only_a_tensor_parallel_group_waits_at_the_barrier_on_a_gloo_group(tmp_path):
+    """The barrier is a real gloo barrier (on the CPU: it holds no GPU memory, and NCCL's watchdog does not time it
+    out while the host starts vLLM), here in a one-rank group."""
     import torch.distributed as dist
 
     from pettingllms.runtime.layout import resolve_layout
-    from pettingllms.runtime.worker import engine_group_barrier
+    from pettingllms.runtime.worker import ENGINE_BARRIER_TIMEOUT, engine_group_barrier
 
-    assert engine_group_barrier(resolve_layout("p", num_gpus=4, tensor_parallel=2, engine="vllm")) is dist.barrier
     assert engine_group_barrier(resolve_layout("p", num_gpus=4, engine="vllm")) is None  # an engine per GPU
     assert engine_group_barrier(resolve_layout("p", num_gpus=1, engine="vllm")) is None
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        barrier = engine_group_barrier(resolve_layout("p", num_gpus=4, tensor_parallel=2, engine="vllm"))
+        assert barrier.func is dist.barrier and dist.get_backend(barrier.keywords["group"]) == "gloo"
+        barrier()
+    finally:
+        dist.destroy_process_group()
+    assert ENGINE_BARRIER_TIMEOUT.total_seconds() >= 3600

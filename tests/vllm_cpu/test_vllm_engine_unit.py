@@ -432,3 +432,7 @@ def test_a_replaced_adapter_never_serves_prefix_kv_computed_with_its_old_weights
     new = engine._lora_request("alice")
     assert new.lora_int_id != old.lora_int_id and list(llm.loaded) == [new.lora_int_id]
     assert llm.serve(new) == new.lora_int_id  # not the KV the old weights computed
+    engine.remove_adapter("alice")
+    engine.add_adapter("alice", folders[0])  # removed, then registered again under the name
+    again = engine._lora_request("alice")
+    assert llm.serve(again) == again.lora_int_id

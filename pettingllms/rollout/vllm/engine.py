@@ -424,8 +424,8 @@ class VLLMEngine:
             ``peft.LoraConfig`` (or that config as a dict). vLLM loads LoRA adapters only from a folder, so
             tensors are written to a private temporary folder (in /dev/shm when it exists: memory, not disk),
             deleted when the adapter is replaced or removed, or the engine closes.
-        Replacing an adapter registers it under a fresh id (vLLM caches adapters by id), drops the old one and
-        empties the prefix cache (vLLM keys an adapter's cached blocks by its name)."""
+        Replacing an adapter registers it under a fresh id (vLLM caches adapters by id) and drops the old one;
+        dropping one (here or ``remove_adapter``) empties the prefix cache (vLLM keys an adapter's blocks by name)."""
         if not self.enable_lora:
             raise ConfigError("add_adapter() needs the engine built with VLLMEngine(..., enable_lora=True)")
         if not isinstance(name, str) or not name or name == ZERO_ADAPTER:
@@ -442,10 +442,6 @@ class VLLMEngine:
             self._adapters[name] = adapter
             if previous is not None:
                 self._drop(previous)
-                # vLLM's prefix cache keys an adapter's blocks by its name, not its id: without this, prompts that
-                # share a cached prefix would reuse KV computed with the replaced weights.
-                if self.llm.reset_prefix_cache() is False:
-                    logger.warning("vLLM could not reset its prefix cache after replacing adapter %r", name)
         logger.info("LoRA adapter %r registered in vLLM (id %d, %s)", name, adapter.request.lora_int_id, folder)
 
     def remove_adapter(self, name: str) -> None:
@@ -489,6 +485,10 @@ class VLLMEngine:
     def _drop(self, adapter: RegisteredAdapter) -> None:
         self.llm.llm_engine.remove_lora(adapter.request.lora_int_id)
         discard_folder(adapter.owned_dir)
+        # vLLM's prefix cache keys an adapter's blocks by its name, not its id: without this, an adapter registered
+        # again under the name would reuse KV computed with the dropped weights for prompts sharing a cached prefix.
+        if self.llm.reset_prefix_cache() is False:
+            logger.warning("vLLM could not empty its prefix cache after dropping adapter %r", adapter.request.lora_name)
 
     # ---- lifetime ----
 
