@@ -264,3 +264,14 @@ def test_aime25_reads_the_problem_under_either_name_the_hub_has_used():
     for name in ("problem", "question"):
         row = math_sources.convert_aime25({name: "Find x.", "answer": "7", "id": 3}, 0)
         assert row["id"] == "AIME25/3" and "Find x." in row["question"]
+
+
+def test_a_row_range_source_turns_no_hub_row_past_its_range_into_python(monkeypatch):
+    """APPS test.jsonl is 1.3 GB of which the source keeps rows 0-500: the rest is never materialised."""
+    import datasets
+
+    source = code_sources.HUB_SOURCES["apps_test"]
+    stop = source.row_range[1]
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **k: datasets.Dataset.from_list([{"problem_id": i} for i in range(stop + 100)]))
+    assert [row["problem_id"] for row in read_hub(source)] == list(range(stop))
