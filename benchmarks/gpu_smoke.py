@@ -1,7 +1,7 @@
 """GPU smoke test: what users run (the train scripts' own configs), on whatever GPUs are visible, in one command.
 
     pip install -e '.[gpu]'                      # on a CUDA machine: vLLM
-    python benchmarks/gpu_smoke.py               # learner + generation + L1 + L3 on a full-size Qwen3-1.7B replica
+    python benchmarks/gpu_smoke.py               # learner + generation + L1 + L2 + L3 on a full-size Qwen3-1.7B replica
     python benchmarks/gpu_smoke.py --parts L1 --steps 2 --model /models/Qwen3-1.7B
     python benchmarks/gpu_smoke.py --quick       # no GPU needed: L1 on CPU, tiny random model (smoke test)
 
@@ -24,6 +24,9 @@ Parts (each adds a section to benchmarks/results/gpu_smoke.json):
   bf16 with fp32 master weights; one FSDP2 rank and one vLLM engine per GPU, colocated, vLLM asleep during updates),
   with a short budget, a local model (default: the packaged SmolLM2-135M; the lent machines have no hub access)
   and the offline math set (``scripts/dataprocess/load_math.py``).
+- ``L2``: ``bash scripts/train/math/math_L2_lora.sh`` the same way: one shared model with a LoRA adapter per agent,
+  served by vLLM from its adapter slots (level-1 sleep keeps the base weights in host memory; each update sends
+  only the adapters).
 - ``L3``: ``bash scripts/train/math/math_L3_model.sh`` the same way: two full models, the visible GPUs split
   between them (half a GPU each on a one-GPU machine), each policy with its own vLLM engine(s).
 Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens, and the
@@ -57,8 +60,8 @@ from _report import load_average, median, out_dir, write_result  # noqa: E402
 
 NAME = "gpu_smoke"
 TARGET = 0.9
-PARTS = ("learner", "generation", "L1", "L3")
-VLLM_PARTS = ("generation", "L1", "L3")
+PARTS = ("learner", "generation", "L1", "L2", "L3")
+VLLM_PARTS = ("generation", "L1", "L2", "L3")
 DEFAULT_MODEL = "replica:Qwen/Qwen3-1.7B"
 MEMORY_PHASES = ("after_update", "after_release", "after_weights", "after_wake")
 
@@ -148,6 +151,7 @@ def learner(args: argparse.Namespace) -> dict:
 # machine) and the data (the offline math set) are overridden.
 LEVEL_SCRIPTS = {
     "L1": "scripts/train/math/math_L1_prompt.sh",  # one shared policy on every visible GPU
+    "L2": "scripts/train/math/math_L2_lora.sh",  # the same, with a LoRA adapter per agent served by vLLM
     "L3": "scripts/train/math/math_L3_model.sh",  # one model per agent, the GPUs split between them
 }
 
@@ -267,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if "learner" in args.parts:
         report["learner"] = learner(args)
     if not args.quick and any(p in VLLM_PARTS for p in args.parts) and importlib.util.find_spec("vllm") is None:
-        sys.exit("gpu_smoke's generation, L1 and L3 parts need vLLM: pip install -e '.[gpu]'"
+        sys.exit("gpu_smoke's generation, L1, L2 and L3 parts need vLLM: pip install -e '.[gpu]'"
                  + (" (the learner part ran: gpu_learner.json)" if "learner" in report else ""))
     quick_data = tempfile.TemporaryDirectory(prefix="gpu_smoke_data_") if args.quick else None
     args.data_overrides = []
@@ -285,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ratio = report["generation"]["medians"]["ratio"] if "generation" in report else float("nan")
     notes = [f"{part}: median update {report[part]['medians']['update_s']:.2f} s, weight sync "
              f"{report[part]['medians']['sync_s']:.3f} s, peak GPU memory {report[part]['peak_gpu_memory_mib']:.0f} MiB"
-             for part in ("L1", "L3") if part in report]
+             for part in ("L1", "L2", "L3") if part in report]
     if quick_data:
         quick_data.cleanup()
     path = write_result(NAME, argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick),

@@ -580,13 +580,25 @@ class GpuPlan:
         return sum(p.rollout for p in self.policies)
 
     @property
+    def out_of_step(self) -> float:
+        """Policies sharing a GPU update in parallel, each waking its engine as soon as its own update and sync end
+        (and one with no samples in a step never sleeps): one can hold its awake engine while another is at its
+        update's peak. The worst such mix, each policy at its own highest phase; for identical policies it equals
+        the worst phase of them all."""
+        return sum(max(p.update, p.sync, p.rollout) for p in self.policies)
+
+    @property
     def peak(self) -> float:
-        return max(self.update, self.sync, self.rollout)
+        return max(self.update, self.sync, self.rollout, self.out_of_step)
 
     @property
     def peak_phase(self) -> str:
         phases = {"update": self.update, "weight sync": self.sync, "rollout": self.rollout}
-        return max(phases, key=lambda name: phases[name])
+        worst = max(phases, key=lambda name: phases[name])
+        if self.out_of_step <= phases[worst] * (1 + 1e-9):
+            return worst
+        return "policies out of step (" + ", ".join(f"{p.policy.name} at its {_highest_phase(p)}"
+                                                     for p in self.policies) + ")"
 
     def problems(self) -> list[str]:
         """Why this GPU cannot run the plan; empty when it can, or when the GPU's size is unknown."""
@@ -608,6 +620,11 @@ class GpuPlan:
     @property
     def fits(self) -> bool:
         return not self.problems()
+
+
+def _highest_phase(p: PolicyMemory) -> str:
+    phases = {"update": p.update, "weight sync": p.sync, "rollout": p.rollout}
+    return max(phases, key=lambda name: phases[name])
 
 
 def gpu_plans(policies: Sequence[PolicyInput], gpu_bytes: float | None) -> list[GpuPlan]:

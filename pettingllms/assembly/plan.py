@@ -180,6 +180,12 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
         raise ConfigError(f"{where}.fsdp.cpu_offload needs GPU ranks; on CPU there is nothing to offload")
     if model.master_weights == "bfloat16" and model.dtype != "bfloat16":
         raise ConfigError(f"{where}.master_weights=bfloat16 needs {where}.dtype=bfloat16 (bf16 compute)")
+    engine_dtype = model.engine_options.get("dtype", model.dtype)
+    if layout.engine == "vllm" and layout.uses_gpus and model.lora.rank > 0 and engine_dtype in ("float32", "float"):
+        # vLLM lets a float32 LoRA engine start, then its CUDA LoRA kernels assert float16/bfloat16 inputs.
+        raise ConfigError(f"{where}: vLLM serves LoRA adapters on GPUs in bfloat16 or float16 only, and the engine "
+                          f"would run in float32: set {where}.dtype=bfloat16 (the learner still keeps float32 "
+                          "master weights)")
     return layout
 
 

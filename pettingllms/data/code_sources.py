@@ -46,6 +46,11 @@ def _text(value: Any) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+# What convert_code_contests reads. The hub rows also hold every incorrect solution and the generated tests: the
+# train split is 39 parquet shards (about 7.5 GB), far beyond host memory once turned into Python rows.
+CODE_CONTESTS_COLUMNS = ("name", "description", "public_tests", "private_tests", "solutions")
+
+
 def convert_code_contests(row: Mapping[str, Any], i: int) -> Row | None:
     inputs, outputs = [], []
     for key in ("public_tests", "private_tests"):
@@ -110,19 +115,22 @@ def convert_livecodebench(row: Mapping[str, Any], i: int) -> Row | None:
     return out
 
 
-LCB_FILES = "hf://datasets/livecodebench/code_generation_lite/test6.jsonl"  # release v6, as in the reference
+# The problems release v6 added (not the whole release_v6 set), as in the reference.
+LCB_FILES = "hf://datasets/livecodebench/code_generation_lite/test6.jsonl"
 
 HUB_SOURCES: dict[str, HubSource] = {s.name: s for s in (
     HubSource("code_contests", "train", "deepmind/code_contests", convert_code_contests, hub_split="train",
+              columns=CODE_CONTESTS_COLUMNS,
               description="CodeContests train: public + private tests, first Python 3 solution"),
     HubSource("apps", "train", "codeparrot/apps", convert_apps, data_files="hf://datasets/codeparrot/apps/train.jsonl",
               description="APPS train.jsonl, stdin/stdout problems only"),
     HubSource("code_contests_test", "test", "deepmind/code_contests", convert_code_contests, hub_split="test",
-              description="CodeContests test (written as test/code_contests.parquet)"),
+              columns=CODE_CONTESTS_COLUMNS, description="CodeContests test (written as test/code_contests.parquet)"),
     HubSource("apps_test", "test", "codeparrot/apps", convert_apps, data_files="hf://datasets/codeparrot/apps/test.jsonl",
               row_range=(0, 500), description="APPS test.jsonl rows 0-500 (written as test/apps.parquet)"),
     HubSource("livecodebench", "test", "livecodebench/code_generation_lite", convert_livecodebench,
-              data_files=LCB_FILES, description="LiveCodeBench v6, stdin problems, public + private tests"),
+              data_files=LCB_FILES,
+              description="LiveCodeBench v6 additions (test6.jsonl), stdin problems, public + private tests"),
 )}
 
 #: Source name -> file name, where they differ (train and test files share a name).

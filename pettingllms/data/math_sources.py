@@ -78,7 +78,7 @@ def convert_aime24(row: Mapping[str, Any], i: int) -> Row | None:
 
 
 def convert_aime25(row: Mapping[str, Any], i: int) -> Row | None:
-    out = _row(row.get("problem"), row.get("answer"), year=2025)
+    out = _row(row.get("problem") or row.get("question"), row.get("answer"), year=2025)  # earlier hub revisions
     if out is not None and row.get("id") is not None:
         out["id"] = f"AIME25/{row['id']}"
     return out

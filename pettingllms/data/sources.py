@@ -35,6 +35,7 @@ class HubSource:
     row_range: tuple[int, int] | None = None  # keep raw rows [start, stop) only
     dedupe: bool = False  # drop rows whose question repeats (DAPO-Math repeats every problem ~100 times)
     description: str = ""
+    columns: tuple[str, ...] | None = None  # read only these from the hub (None: all): rows can be huge
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ def read_hub(source: HubSource, hub_cache: Path | None = None) -> list[Row]:
             table = datasets.load_dataset("json", data_files=source.data_files, split="train")
         else:
             table = datasets.load_dataset(source.hub_id, source.config, split=source.hub_split)
+        if source.columns is not None:
+            table = table.select_columns([name for name in source.columns if name in table.column_names])
+        if source.row_range is not None:  # convert_rows keeps [start, stop): rows past stop never become Python
+            table = table.select(range(min(source.row_range[1], len(table))))
     except Exception as exc:
         where = source.data_files or (f"{source.hub_id}{', ' + source.config if source.config else ''}, "
                                       f"split {source.hub_split}")

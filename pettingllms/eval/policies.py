@@ -93,6 +93,7 @@ def load_policies(m: EvalModelConfig, specs: dict[str, WorkerSpec], roles: Seque
     if m.adapters:
         return _adapter_policy(m, specs, roles)
     loaded = LoadedPolicies({})
+    vllm_engines = sum(spec.engine == "vllm" for spec in specs.values())  # all on this process's GPU
     try:
         for spec in specs.values():
             _refuse_adapter_export(spec.model_path)
@@ -105,7 +106,7 @@ def load_policies(m: EvalModelConfig, specs: dict[str, WorkerSpec], roles: Seque
                 trained = not source.startswith("base weights")
             else:
                 source = str(spec.directory)
-            engine = local_engine(spec, model, codec, trained)
+            engine = local_engine(spec, model, codec, trained, vllm_engines)
             loaded.engines[spec.policy] = engine
             loaded.clients[spec.policy] = LocalPolicyClient(engine, codec)
             loaded.described[spec.policy] = {"model": spec.model_path, "weights": source, "engine": spec.engine,
@@ -116,11 +117,12 @@ def load_policies(m: EvalModelConfig, specs: dict[str, WorkerSpec], roles: Seque
     return loaded
 
 
-def local_engine(spec: WorkerSpec, model: torch.nn.Module, codec, trained: bool):
-    """The policy's engine in this process, built as training builds it (alone on its GPU: no learner), holding
-    ``model``'s weights: the transformers engine over ``model`` itself, or vLLM started from the model directory
-    and given ``model``'s LoRA adapters and, when ``trained``, its full weights from memory."""
-    engine = make_engine(spec, model, codec, colocated=False)
+def local_engine(spec: WorkerSpec, model: torch.nn.Module, codec, trained: bool, vllm_engines: int = 1):
+    """The policy's engine in this process, built as training builds it (without a learner), holding ``model``'s
+    weights: the transformers engine over ``model`` itself, or vLLM started from the model directory and given
+    ``model``'s LoRA adapters and, when ``trained``, its full weights from memory. ``vllm_engines``: how many
+    policies' vLLM engines this process starts on its GPU (they split vLLM's share of it)."""
+    engine = make_engine(spec, model, codec, colocated=False, engines_on_gpu=vllm_engines)
     try:
         if initial_push_needed(spec, trained):
             push_weights(EngineSync(engine, peft_adapter_configs(model, spec.lora_names)), model, spec,

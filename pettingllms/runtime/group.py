@@ -41,9 +41,13 @@ def setup_waves(specs: Sequence[WorkerSpec]) -> list[list[str]]:
     fractional GPU_num, L3 on one GPU): then one policy after another. vLLM sizes its KV cache from the device's
     free memory while it starts, so two engines (or an engine and a learner still loading) starting together on one
     GPU mis-size each other (vllm#55827, #56830)."""
-    shared = any(0 < s.layout.gpus_per_rank < 1 and s.engine == "vllm" for s in specs)
     names = [s.policy for s in specs]
-    return [[name] for name in names] if shared else [names]
+    return [[name] for name in names] if engines_share_a_gpu(specs) else [names]
+
+
+def engines_share_a_gpu(specs: Sequence[WorkerSpec]) -> bool:
+    """Whether a policy's vLLM engines share their GPU with another policy (a fractional GPU_num)."""
+    return any(0 < s.layout.gpus_per_rank < 1 and s.engine == "vllm" for s in specs)
 
 
 class PolicyGroup:
@@ -188,7 +192,13 @@ class PolicyGroup:
         return dict(self._clients)
 
     def update(self, batches: Mapping[str, tuple[Sequence[Sample], Sequence[float]]]) -> dict[str, dict[str, float]]:
-        """Update every policy that has samples, all at once. Every rank of a policy gets the whole batch."""
+        """Update every policy that has samples, all at once. Every rank of a policy gets the whole batch.
+
+        Where engines share a GPU with another policy, every updating policy's engines sleep before any update
+        starts: vLLM checks a sleep by the device's free memory ("Memory usage increased after sleeping"), which
+        another policy's learner, already updating, may be filling at that moment."""
+        if len(batches) > 1 and engines_share_a_gpu(list(self.specs.values())):
+            self._release_engines(list(batches))
         if self.use_ray:
             import ray
 
@@ -203,6 +213,13 @@ class PolicyGroup:
         with ThreadPoolExecutor(max_workers=len(batches)) as pool:
             futures = {p: pool.submit(self.ranks[p][0].update, s, a) for p, (s, a) in batches.items()}
             return {p: f.result() for p, f in futures.items()}
+
+    def _release_engines(self, policies: Sequence[str]) -> None:
+        if self.use_ray:
+            self._rank0_results({p: [actor.release_engine.remote() for actor in self.ranks[p]] for p in policies})
+        else:
+            for policy in policies:
+                self.ranks[policy][0].release_engine()
 
     def save(self, directory: str) -> None:
         self._call_all("save", lambda p: os.path.join(directory, p))

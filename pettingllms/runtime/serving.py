@@ -41,7 +41,7 @@ import gc
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -90,13 +90,14 @@ def tokenizer_codec(source: str, chat_template_kwargs: Mapping | None = None):
 
 # ---------------------------------------------------------------------------------------------------- engines
 def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int = 0, autocast: bool = False,
-                colocated: bool = True) -> Any:
+                colocated: bool = True, engines_on_gpu: int = 1) -> Any:
     """Engine ``engine_index`` of the policy: the transformers engine over ``model`` (the learner's own module in a
     one-process worker, else a full copy kept for the engine), or vLLM with its own copy of the weights, started
     from the spec's model directory.
 
     autocast: the transformers engine runs its forwards under bf16 autocast (over the learner's fp32 master weights).
-    colocated: the engine shares its GPU with the policy's learner (training); eval's engines are alone.
+    colocated: the engine shares its GPU with the policy's learner (training); eval's engines have no learner.
+    engines_on_gpu: vLLM engines of different policies started on the same GPU by one process (eval).
     """
     seed = engine_seed(spec.seed, engine_index)
     if spec.engine == "hf":
@@ -110,15 +111,16 @@ def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int = 0,
         from pettingllms.rollout.vllm import VLLMEngine
 
         return VLLMEngine(spec.directory, tensor_parallel_size=spec.layout.tensor_parallel, seed=seed,
-                          codec=codec, **vllm_options(spec, colocated))
+                          codec=codec, **vllm_options(spec, colocated, engines_on_gpu))
     raise ConfigError(f"unknown engine {spec.engine!r} for policy {spec.policy!r}: use 'hf' or 'vllm'")
 
 
-def vllm_options(spec: WorkerSpec, colocated: bool = True) -> dict[str, Any]:
+def vllm_options(spec: WorkerSpec, colocated: bool = True, engines_on_gpu: int = 1) -> dict[str, Any]:
     """The vLLM engine's keywords: the policy's dtype, LoRA slots for every adapter (``max_lora_rank`` rounded up to
     a rank vLLM accepts), and the multiprocessing executor for TP > 1 (inside a Ray actor vLLM would otherwise pick
     its Ray executor and try to reserve GPUs the actor already holds). Colocated with a learner (training), also
-    sleep mode (on GPU), its share of the GPU, and unseeded requests on GPUs. ``engine_options`` win; their
+    sleep mode (on GPU), its share of the GPU, and unseeded requests on GPUs. Not colocated, ``engines_on_gpu``
+    engines of one process (eval's policies, all on its GPU) split the same budget. ``engine_options`` win; their
     ``llm_options`` reach ``vllm.LLM`` at any TP size."""
     options: dict[str, Any] = {"dtype": spec.dtype}
     if colocated:
@@ -127,6 +129,10 @@ def vllm_options(spec: WorkerSpec, colocated: bool = True) -> dict[str, Any]:
                        # A seed per request puts vLLM's sampler on its slow row-by-row path: on GPUs,
                        # throughput first (engine_options.reproducible=true for exactly resumable draws).
                        reproducible=not spec.layout.uses_gpus)
+    elif engines_on_gpu > 1:
+        # vLLM refuses to start an engine when the GPU's free memory is below its budget (gpu_memory_utilization x
+        # the whole GPU): with 0.5 each, the engine started second would find less than half the GPU free.
+        options["gpu_memory_utilization"] = round(VLLM_GPU_MEMORY_FRACTION / engines_on_gpu, 4)
     if spec.lora is not None:
         options.update(enable_lora=True, max_loras=max(1, len(spec.adapters)),
                        max_lora_rank=vllm_lora_rank(spec.lora.rank, spec.policy))
@@ -254,11 +260,18 @@ class EngineSync:
     engine: the rank's rollout engine, or None on a rank that hosts none.
     adapter_configs: under LoRA, each adapter's peft ``LoraConfig`` (``model.peft_config``); empty otherwise.
     engine_model: a transformers engine's own full copy of the model (FSDP groups), refreshed by copying.
+    group_barrier: waits for every rank of the worker group, where an engine spans several ranks' GPUs (TP > 1: its
+        shards and KV cache live beside the peers' learners, and vLLM sizes and checks memory device-wide). Every
+        rank then passes it once the engine is asleep, before any learner trains, and once every rank has released
+        its cache after the weight stream, before the KV cache wakes. Every rank calls ``release_for_update`` and
+        ``push`` together (the stream is a collective).
     """
 
     def __init__(self, engine: Any, adapter_configs: Mapping[str, Any] | None = None,
-                 engine_model: torch.nn.Module | None = None) -> None:
+                 engine_model: torch.nn.Module | None = None,
+                 group_barrier: Callable[[], None] | None = None) -> None:
         self.engine = engine
+        self.group_barrier = group_barrier
         self.adapter_configs = dict(adapter_configs or {})
         self.engine_model = engine_model
         self.owns_weights = engine is not None and engine_owns_weights(engine)
@@ -276,6 +289,8 @@ class EngineSync:
         if self.sleeps and not self._asleep:
             self.engine.sleep(level=1 if self.adapter_configs else 2)
             self._asleep = True
+        if self.group_barrier is not None:
+            self.group_barrier()  # no peer's learner grows before the engine's shards on its GPU sleep
 
     def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
              shapes: Mapping[str, Sequence[int]] | None = None) -> float:
@@ -290,6 +305,11 @@ class EngineSync:
         self.memory = {"memory/cache_released_gb": released / 1e9, **device_memory("after_release")}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
+            # A peer of a TP engine's host (engine None) meets the host below: the host of a TP engine is always
+            # vLLM (TP > 1 is a vLLM setting), which needs the weights.
+            if self.group_barrier is not None:
+                release_accelerator_cache()  # the stream's gathered tensors, before the host wakes the KV cache
+                self.group_barrier()
             return 0.0
         started = time.perf_counter()
         if self.engine_model is not None:
@@ -312,10 +332,13 @@ class EngineSync:
                     raise
             self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
         self.memory.update(device_memory("after_weights"))
-        if self._asleep:
+        if self._asleep or self.group_barrier is not None:
             # The stream refilled this process's cache with gathered full tensors: give them back before the KV
             # cache (the largest allocation of the step) is taken by the engine's process.
             release_accelerator_cache()
+        if self.group_barrier is not None:
+            self.group_barrier()  # every peer has given its gathered tensors back too
+        if self._asleep:
             self.engine.wake_up(["kv_cache"])
             self._asleep = False
             self.memory.update(device_memory("after_wake"))

@@ -21,11 +21,13 @@ resolved once by the run's plan (``RunPlan.resolved``); a spec built by hand is 
 
 from __future__ import annotations
 
+import datetime
+import functools
 import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pettingllms.core import ConfigError, GenerationRequest, GenerationResult, Sample
 from pettingllms.core.part_clock import PartClock
@@ -48,6 +50,7 @@ class PolicyWorker:
         self._model = None
         self._engine_model = None  # a transformers engine's own full copy (FSDP groups)
         self._codec = None
+        self._engine_barrier = None  # the TP group's barrier (engine_group_barrier), from setup on
 
     # ------------------------------------------------------------------------------------------ placement
     def placement(self) -> dict[str, Any]:
@@ -110,8 +113,13 @@ class PolicyWorker:
             torch.cuda.set_device(device)  # Ray exposes this rank's GPU first
         if self.layout.sharded:
             self._join_process_group(address, port)
+        self._engine_barrier = barrier = engine_group_barrier(self.layout)
         self._build_learner(device)
+        if barrier is not None:  # vLLM sizes its KV cache from the free memory of every GPU its TP group spans:
+            barrier()  # the peers' learners are built before it measures,
         self._build_engine(device, engine)
+        if barrier is not None:
+            barrier()  # and change nothing until it has
         from pettingllms.runtime.serving import initial_push_needed
 
         if initial_push_needed(spec, trained=False):
@@ -184,7 +192,8 @@ class PolicyWorker:
             autocast = (engine_model is self._model and spec.dtype == "bfloat16"
                         and next(self._model.parameters()).dtype == torch.float32)
             self.engine = make_engine(spec, engine_model, self.codec, index, autocast=autocast)
-        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names), self._engine_model)
+        self.sync = EngineSync(self.engine, peft_adapter_configs(self._model, spec.lora_names), self._engine_model,
+                               group_barrier=self._engine_barrier)
 
     @property
     def model(self):
@@ -209,6 +218,12 @@ class PolicyWorker:
             raise RuntimeError(f"policy {self.spec.policy!r}: rank {self.rank} hosts no engine (engine ranks: "
                                f"{list(self.layout.engine_ranks)})")
         return self.engine.generate(list(requests))
+
+    def release_engine(self) -> None:
+        """Put this rank's engine to sleep for the coming update (``update`` does it too; ``PolicyGroup.update``
+        calls this first on every policy that shares a GPU, so no engine sleeps while another policy updates)."""
+        if self.learner is not None:
+            self.sync.release_for_update()
 
     def update(self, samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, float]:
         """One training iteration (every rank gets the whole batch), then the weight sync to every engine."""
@@ -294,6 +309,23 @@ class PolicyWorker:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+ENGINE_BARRIER_TIMEOUT = datetime.timedelta(hours=1)  # the peers wait at it through the host's whole vLLM start
+
+
+def engine_group_barrier(layout) -> Callable[[], None] | None:
+    """A barrier of the worker group (joined, every rank calls this once) whose engines span several ranks' GPUs
+    (TP > 1), else None: there each rank's engine is on its own GPU and nothing needs to wait
+    (``serving.EngineSync`` says where it waits). It runs on a gloo group: on the CPU, holding no GPU memory, and
+    with a timeout longer than NCCL's default, since peers wait at it while the host starts vLLM (weights,
+    compilation, CUDA graphs). A rank that fails leaves the others waiting there until the group is killed."""
+    if not (layout.tensor_parallel > 1 and layout.sharded):
+        return None
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="gloo", timeout=ENGINE_BARRIER_TIMEOUT)
+    return functools.partial(dist.barrier, group=group)
 
 
 def save_tokenizer_beside(paths: Sequence[Path | str], codec) -> list[str]:

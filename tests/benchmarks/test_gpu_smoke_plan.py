@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 @pytest.mark.parametrize("level,policies,gpus", [
     ("L1", ["policy_0"], 1.0),
+    ("L2", ["policy_0"], 1.0),
     ("L3", ["policy_reasoner", "policy_tool"], 0.5),
 ])
 def test_each_level_runs_a_shipped_script_that_fits_one_gpu(level, policies, gpus, tmp_path):

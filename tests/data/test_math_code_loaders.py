@@ -243,3 +243,35 @@ def test_unreachable_raw_file_source_names_its_url(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: (_ for _ in ()).throw(OSError("no network")))
     with pytest.raises(DataError, match=r"'livecodebench'.*hf://datasets/livecodebench/.*test6\.jsonl"):
         read_hub(code_sources.HUB_SOURCES["livecodebench"])
+
+
+def test_code_contests_reads_only_the_columns_it_converts_from_the_hub(monkeypatch):
+    """The hub rows hold every incorrect solution and the generated tests too (the train split is about 7.5 GB of
+    parquet); only what the converter reads becomes Python rows."""
+    import datasets
+
+    hub_row = {"name": "p1", "description": "Add.", "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+               "private_tests": {"input": [], "output": []}, "generated_tests": {"input": ["x"], "output": ["y"]},
+               "solutions": {"language": [3], "solution": ["print(sum(map(int, input().split())))"]},
+               "incorrect_solutions": {"language": [3], "solution": ["print(0)"]}, "cf_rating": 800}
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: datasets.Dataset.from_list([hub_row]))
+    (row,) = read_hub(code_sources.HUB_SOURCES["code_contests"])
+    assert set(row) == set(code_sources.CODE_CONTESTS_COLUMNS)
+    assert code_sources.convert_code_contests(row, 0)["id"] == "code_contests/p1"
+
+
+def test_aime25_reads_the_problem_under_either_name_the_hub_has_used():
+    for name in ("problem", "question"):
+        row = math_sources.convert_aime25({name: "Find x.", "answer": "7", "id": 3}, 0)
+        assert row["id"] == "AIME25/3" and "Find x." in row["question"]
+
+
+def test_a_row_range_source_turns_no_hub_row_past_its_range_into_python(monkeypatch):
+    """APPS test.jsonl is 1.3 GB of which the source keeps rows 0-500: the rest is never materialised."""
+    import datasets
+
+    source = code_sources.HUB_SOURCES["apps_test"]
+    stop = source.row_range[1]
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **k: datasets.Dataset.from_list([{"problem_id": i} for i in range(stop + 100)]))
+    assert [row["problem_id"] for row in read_hub(source)] == list(range(stop))

@@ -187,3 +187,41 @@ def test_a_push_on_a_gpu_reports_memory_after_each_phase(monkeypatch):
     assert [sync.memory[f"memory/{phase}_device_used_gb"] for phase in ("after_release", "after_weights",
                                                                           "after_wake")] == [10, 20, 30]
     assert sync.memory["memory/cache_released_gb"] == 0
+
+
+def test_an_engine_spanning_its_peers_gpus_waits_for_them_to_sleep_and_to_release(calls):
+    """TP > 1: the engine's shards and KV cache live on the peers' GPUs too. Every rank passes the group barrier once
+    the engine is asleep (before any learner trains) and once every rank has released its cache after the stream
+    (before the KV cache wakes); host and peer call it the same number of times, or the group would hang."""
+    model = load_model("tiny-random-smollm2", "float32")
+    host = EngineSync(RecordingEngine(sleep_enabled=True, calls=calls),
+                      group_barrier=lambda: calls.append(("barrier",)))
+    host.release_for_update()
+    host.push(full_weights(model))
+    assert [c[0] for c in calls] == ["sleep", "barrier", "release_cache", "sync_weights", "release_cache", "barrier",
+                                     "wake_up"]
+    calls.clear()
+    peer = EngineSync(None, group_barrier=lambda: calls.append(("barrier",)))
+    peer.release_for_update()
+    peer.push(full_weights(model))
+    assert [c[0] for c in calls] == ["barrier", "release_cache", "release_cache", "barrier"]
+
+
+def test_only_a_tensor_parallel_group_waits_at_the_barrier_on_a_gloo_group(tmp_path):
+    """The barrier is a real gloo barrier (on the CPU: it holds no GPU memory, and NCCL's watchdog does not time it
+    out while the host starts vLLM), here in a one-rank group."""
+    import torch.distributed as dist
+
+    from pettingllms.runtime.layout import resolve_layout
+    from pettingllms.runtime.worker import ENGINE_BARRIER_TIMEOUT, engine_group_barrier
+
+    assert engine_group_barrier(resolve_layout("p", num_gpus=4, engine="vllm")) is None  # an engine per GPU
+    assert engine_group_barrier(resolve_layout("p", num_gpus=1, engine="vllm")) is None
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        barrier = engine_group_barrier(resolve_layout("p", num_gpus=4, tensor_parallel=2, engine="vllm"))
+        assert barrier.func is dist.barrier and dist.get_backend(barrier.keywords["group"]) == "gloo"
+        barrier()
+    finally:
+        dist.destroy_process_group()
+    assert ENGINE_BARRIER_TIMEOUT.total_seconds() >= 3600

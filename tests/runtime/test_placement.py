@@ -196,3 +196,58 @@ def test_policies_sharing_a_gpu_with_vllm_start_one_after_another():
     assert setup_waves([spec("a", 0.5), spec("b", 0.5)]) == [["a"], ["b"]]  # L3 on one GPU
     assert setup_waves([spec("a", 4), spec("b", 4)]) == [["a", "b"]]  # L3 on 8 GPUs: separate devices
     assert setup_waves([spec("a", 0), spec("b", 0)]) == [["a", "b"]]  # CPU
+
+
+class _GpuSharingWorker:
+    """A policy's rank on a GPU it shares: its engine's sleep is checked as vLLM checks it, by the device's free
+    memory before and after (``Memory usage increased after sleeping``), and its update allocates the learner's
+    peak on the same device. ``update`` sleeps first unless ``release_engine`` already did, as PolicyWorker's."""
+
+    def __init__(self, policy, device, events, engine_gb, learner_gb):
+        self.policy, self.device, self.events = policy, device, events
+        self.engine_gb, self.learner_gb, self.asleep = engine_gb, learner_gb, False
+        device["used"] += engine_gb
+
+    def release_engine(self):
+        if not self.asleep:
+            before = self.device["total"] - self.device["used"]
+            self.device["used"] -= self.engine_gb
+            self.device["during_sleep"]()  # what the other processes on the device do meanwhile
+            after = self.device["total"] - self.device["used"]
+            assert after - before >= 0, "Memory usage increased after sleeping."
+            self.asleep = True
+            self.events.append(("sleep", self.policy))
+
+    def update(self, samples, advantages):
+        self.release_engine()
+        self.events.append(("update", self.policy))
+        self.device["updating"].append(self)
+        return {}
+
+
+def test_policies_sharing_a_gpu_put_every_engine_to_sleep_before_any_update():
+    """Two policies on one GPU: if one's engine slept while the other's learner was already filling the GPU, vLLM's
+    sleep check (device-wide free memory) would fail. Every engine sleeps first, then the updates run."""
+    from settings_support import learner_config
+    from pettingllms.runtime.group import PolicyGroup
+    from pettingllms.runtime.layout import resolve_layout
+    from pettingllms.runtime.spec import WorkerSpec
+
+    events = []
+    device = {"total": 80.0, "used": 0.0, "updating": []}
+
+    def others_allocate():  # a learner already updating allocates its peak (AdamW state at the first step)
+        for worker in device["updating"]:
+            device["used"] += worker.learner_gb
+        device["updating"].clear()
+
+    device["during_sleep"] = others_allocate
+    group = object.__new__(PolicyGroup)
+    group.use_ray = False
+    group.specs = {p: WorkerSpec(p, "m", learner_config(total_steps=1), resolve_layout(p, num_gpus=0.5,
+                                                                                       engine="vllm"))
+                   for p in ("a", "b")}
+    group.ranks = {p: [_GpuSharingWorker(p, device, events, engine_gb=20.0, learner_gb=30.0)] for p in ("a", "b")}
+    group.update({"a": ([], []), "b": ([], [])})
+    assert sorted(events[:2]) == [("sleep", "a"), ("sleep", "b")]
+    assert sorted(events[2:]) == [("update", "a"), ("update", "b")]

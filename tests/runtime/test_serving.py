@@ -101,3 +101,40 @@ def test_eval_builds_its_vllm_engine_as_training_does(monkeypatch, tmp_path):
     assert built["seed"] == 7 and built["dtype"] == "float32" and "enable_sleep_mode" not in built
     assert sorted(c[1] for c in built["calls"] if c[0] == "add_adapter") == ["alice", "bob"]
     assert built["calls"][-1] == ("close",)
+
+
+class GPUCheckingVLLM(RecordingVLLM):
+    """``RecordingVLLM`` on one simulated 80 GiB GPU, refusing to start as vLLM does when the GPU's free memory is
+    below ``gpu_memory_utilization`` x the whole GPU. A started engine holds its budget plus 2.08 GiB outside it
+    (its process's CUDA context and libraries: the figure measured on the lent H200, docs/distributed.md)."""
+
+    TOTAL_GIB, OUTSIDE_GIB = 80.0, 2.08
+    used_gib = 0.0
+
+    def __init__(self, model_path, **options) -> None:
+        import inspect
+
+        from pettingllms.rollout.vllm.engine import VLLMEngine
+
+        default = inspect.signature(VLLMEngine).parameters["gpu_memory_utilization"].default
+        budget = options.get("gpu_memory_utilization", default) * self.TOTAL_GIB
+        free = self.TOTAL_GIB - GPUCheckingVLLM.used_gib
+        if free < budget:
+            raise ValueError(f"Free memory on device ({free:.2f}/{self.TOTAL_GIB} GiB) on startup is less than "
+                             f"desired GPU memory utilization ({budget:.2f} GiB)")
+        GPUCheckingVLLM.used_gib += budget + self.OUTSIDE_GIB
+        super().__init__(model_path, **options)
+
+
+def test_eval_of_an_l3_run_starts_both_vllm_engines_on_its_gpu(monkeypatch, tmp_path):
+    """Eval starts every policy's engine in its one process, on the same GPU: two at vLLM's usual half of the GPU
+    each would leave the second less than half free, and vLLM refuses to start it. They split that half."""
+    import pettingllms.rollout.vllm as vllm_package
+
+    monkeypatch.setattr(vllm_package, "VLLMEngine", GPUCheckingVLLM)
+    RecordingVLLM.built.clear()
+    GPUCheckingVLLM.used_gib = 0.0
+    run_eval("eval", [*EVAL, f"base_models.policy_0.path={TINY}", "base_models.policy_0.engine=vllm",
+                      "specialization=L3", f"eval.log_dir={tmp_path}"], print_table=False)
+    assert [b["gpu_memory_utilization"] for b in RecordingVLLM.built] == [0.25, 0.25]
+    assert all(b["calls"][-1] == ("close",) for b in RecordingVLLM.built)

@@ -373,3 +373,66 @@ def test_the_tied_head_warning_of_a_reload_is_dropped_and_nothing_else(fake_vllm
         "ParallelLMHead: Failed to load weights", "Qwen3DecoderLayer: Failed to load weights"))
         if all(f.filter(r) for f in layerwise.filters)]
     assert [r.getMessage() for r in kept] == ["Qwen3DecoderLayer: Failed to load weights"]
+
+
+class _PrefixCachingLLM:
+    """vLLM's ``LLM`` as far as adapters and the prefix cache go: like vLLM, cached blocks are keyed by the
+    adapter's *name*, and remember which adapter id (which weights) computed them."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[int, str] = {}  # lora_int_id -> lora_name
+        self.cached: dict[str, int] = {}  # lora_name -> the id whose weights computed the cached prefix
+        self.llm_engine = self
+
+    def add_lora(self, request) -> None:
+        self.loaded[request.lora_int_id] = request.lora_name
+
+    def remove_lora(self, lora_int_id: int) -> None:
+        del self.loaded[lora_int_id]
+
+    def reset_prefix_cache(self) -> bool:
+        self.cached.clear()
+        return True
+
+    def serve(self, request) -> int:
+        """The id whose weights the prefix KV of ``request`` comes from: a cache hit by name, else its own."""
+        return self.cached.setdefault(request.lora_name, request.lora_int_id)
+
+
+def test_a_replaced_adapter_never_serves_prefix_kv_computed_with_its_old_weights(monkeypatch, tmp_path):
+    import threading
+    import types
+    from dataclasses import dataclass
+
+    @dataclass
+    class LoRARequest:
+        lora_name: str
+        lora_int_id: int
+        lora_path: str
+
+    for name in ("vllm", "vllm.lora"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", types.SimpleNamespace(LoRARequest=LoRARequest))
+    folders = []
+    for version in ("v1", "v2"):
+        folder = tmp_path / version
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text("{}")
+        (folder / "adapter_model.safetensors").write_bytes(b"")
+        folders.append(folder)
+    llm = _PrefixCachingLLM()
+    engine = object.__new__(VLLMEngine)
+    engine.llm, engine._lock, engine.enable_lora = llm, threading.Lock(), True
+    engine._adapters, engine._next_adapter_id = {}, 1
+
+    engine.add_adapter("alice", folders[0])
+    old = engine._lora_request("alice")
+    assert llm.serve(old) == old.lora_int_id  # the shared prefix is now cached under "alice"
+    engine.add_adapter("alice", folders[1])  # the learner's update
+    new = engine._lora_request("alice")
+    assert new.lora_int_id != old.lora_int_id and list(llm.loaded) == [new.lora_int_id]
+    assert llm.serve(new) == new.lora_int_id  # not the KV the old weights computed
+    engine.remove_adapter("alice")
+    engine.add_adapter("alice", folders[0])  # removed, then registered again under the name
+    again = engine._lora_request("alice")
+    assert llm.serve(again) == again.lora_int_id

@@ -424,8 +424,8 @@ class VLLMEngine:
             ``peft.LoraConfig`` (or that config as a dict). vLLM loads LoRA adapters only from a folder, so
             tensors are written to a private temporary folder (in /dev/shm when it exists: memory, not disk),
             deleted when the adapter is replaced or removed, or the engine closes.
-        Replacing an adapter registers it under a fresh id (vLLM caches adapters by id) and drops the old one.
-        """
+        Replacing an adapter registers it under a fresh id (vLLM caches adapters by id) and drops the old one;
+        dropping one (here or ``remove_adapter``) empties the prefix cache (vLLM keys an adapter's blocks by name)."""
         if not self.enable_lora:
             raise ConfigError("add_adapter() needs the engine built with VLLMEngine(..., enable_lora=True)")
         if not isinstance(name, str) or not name or name == ZERO_ADAPTER:
@@ -485,6 +485,10 @@ class VLLMEngine:
     def _drop(self, adapter: RegisteredAdapter) -> None:
         self.llm.llm_engine.remove_lora(adapter.request.lora_int_id)
         discard_folder(adapter.owned_dir)
+        # vLLM's prefix cache keys an adapter's blocks by its name, not its id: without this, an adapter registered
+        # again under the name would reuse KV computed with the dropped weights for prompts sharing a cached prefix.
+        if self.llm.reset_prefix_cache() is False:
+            logger.warning("vLLM could not empty its prefix cache after dropping adapter %r", adapter.request.lora_name)
 
     # ---- lifetime ----
 
