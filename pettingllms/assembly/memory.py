@@ -593,9 +593,8 @@ class GpuPlan:
 
     @property
     def peak_phase(self) -> str:
-        phases = {"update": self.update, "weight sync": self.sync, "rollout": self.rollout}
-        worst = max(phases, key=lambda name: phases[name])
-        if self.out_of_step <= phases[worst] * (1 + 1e-9):
+        worst = _highest_phase(self)
+        if self.out_of_step <= max(self.update, self.sync, self.rollout) * (1 + 1e-9):
             return worst
         return "policies out of step (" + ", ".join(f"{p.policy.name} at its {_highest_phase(p)}"
                                                      for p in self.policies) + ")"
@@ -622,7 +621,8 @@ class GpuPlan:
         return not self.problems()
 
 
-def _highest_phase(p: PolicyMemory) -> str:
+def _highest_phase(p: "PolicyMemory | GpuPlan") -> str:
+    """The name of the phase that holds the most: of one policy, or of a GPU's totals."""
     phases = {"update": p.update, "weight sync": p.sync, "rollout": p.rollout}
     return max(phases, key=lambda name: phases[name])
 

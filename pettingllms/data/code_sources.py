@@ -47,7 +47,7 @@ def _text(value: Any) -> str:
 
 
 # What convert_code_contests reads. The hub rows also hold every incorrect solution and the generated tests: the
-# train split is 39 parquet shards (about 7.5 GB), far beyond host memory once turned into Python rows.
+# train split is 39 parquet shards (about 7.5 GB as the hub lists them), far beyond host memory as Python rows.
 CODE_CONTESTS_COLUMNS = ("name", "description", "public_tests", "private_tests", "solutions")
 
 

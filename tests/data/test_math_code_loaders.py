@@ -246,8 +246,8 @@ def test_unreachable_raw_file_source_names_its_url(monkeypatch):
 
 
 def test_code_contests_reads_only_the_columns_it_converts_from_the_hub(monkeypatch):
-    """The hub rows hold every incorrect solution and the generated tests too (the train split is about 7.5 GB of
-    parquet); only what the converter reads becomes Python rows."""
+    """The hub rows hold every incorrect solution and the generated tests too (the hub lists the train split as about
+    7.5 GB of parquet); only what the converter reads becomes Python rows."""
     import datasets
 
     hub_row = {"name": "p1", "description": "Add.", "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
@@ -267,7 +267,8 @@ def test_aime25_reads_the_problem_under_either_name_the_hub_has_used():
 
 
 def test_a_row_range_source_turns_no_hub_row_past_its_range_into_python(monkeypatch):
-    """APPS test.jsonl is 1.3 GB of which the source keeps rows 0-500: the rest is never materialised."""
+    """APPS test.jsonl (1.3 GB as the hub lists it), of which the source keeps rows 0-500: the rest is never
+    materialised."""
     import datasets
 
     source = code_sources.HUB_SOURCES["apps_test"]
