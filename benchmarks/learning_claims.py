@@ -1,6 +1,6 @@
 """The paper's claim at CPU scale: AT-GRPO against trajectory GRPO and single-agent GRPO, on held-out problems.
 
-    python benchmarks/learning_claims.py                   # pre-registration 2: 3 methods x 8 paired seeds, vault
+    python benchmarks/learning_claims.py                   # pre-registration 2: 3 methods x 16 paired seeds, vault
     python benchmarks/learning_claims.py --quick           # a short end-to-end check (1 seed, tiny random model and budget; bench lane)
     python benchmarks/learning_claims.py --seeds 0 1       # some of the seeds; runs already finished are kept (below)
     python benchmarks/learning_claims.py --record benchmarks/results/learning_claims_paired_vault_runs.jsonl
@@ -142,6 +142,15 @@ Result of pre-registration 1 (README, "paper claim at CPU scale"; ``benchmarks/r
 AT-GRPO 0.58 +- 0.31 on the primary metric, trajectory GRPO 0.33 +- 0.24, single agent 0.23 +- 0.16; AT-GRPO beat
 single-agent GRPO by its rule and was not separated from trajectory GRPO: the spread across 3 seeds was as large as
 the difference. Pre-registration 2 is the comparison made to separate them.
+
+Result of pre-registration 2 (README; ``benchmarks/results/learning_claims_paired_vault.json``, every run in
+``learning_claims_paired_vault_runs.jsonl``; per-seed curves in docs/environments/vault.md): 16 paired seeds per
+method, 48 runs in 248 min. Primary metric AT-GRPO 0.69 +- 0.21, trajectory GRPO 0.65 +- 0.23, single agent
+0.26 +- 0.24. AT-GRPO minus trajectory: +0.050, 95% interval [-0.108, +0.210], 8 seeds above and 8 below: not
+separated (final success: -0.077 [-0.281, +0.132], not separated). AT-GRPO minus single agent: +0.436
+[+0.260, +0.599], 13 above and 3 below: AT-GRPO better (final success: +0.366 [+0.147, +0.582], AT-GRPO better).
+Not pre-registered, so a lead for a later pre-registration only: at the first evaluation point (about 1,150 tokens)
+AT-GRPO led trajectory GRPO by +0.17 [+0.04, +0.30], one of six such looks.
 
 Result of pre-registration 3 (README; ``benchmarks/results/learning_claims_paired_game_cpu_plan_path.json``): on
 ``cpu_plan_path`` AT-GRPO 0.44 +- 0.26 on the primary metric, trajectory GRPO 0.36 +- 0.22; the mean paired

@@ -144,3 +144,30 @@ def test_the_plan_path_comparison_is_registered_for_its_two_methods_only(tmp_pat
         lc.main(["--protocol", "paired_game", "--env", "cpu_plan_path", "--methods", "single_agent",
                  "--log-dir", str(tmp_path / "logs"), "--out-dir", str(tmp_path)])
     assert not (tmp_path / "logs").exists()
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+COMMITTED = [("paired", "vault", "learning_claims_paired_vault"),
+             ("paired_game", "cpu_plan_path", "learning_claims_paired_game_cpu_plan_path")]
+
+
+@pytest.mark.parametrize("protocol_name,env,name", COMMITTED)
+def test_a_committed_comparison_is_what_its_committed_runs_give(protocol_name, env, name):
+    """Every pre-registered (method, seed) run is in the committed record and still resumes under today's code
+    (a config change that would silently re-run them fails here), and the committed report, its verdicts and the
+    README's figures are what the summary of those runs gives."""
+    protocol = lc.PROTOCOLS[protocol_name]
+    runs = lc.finished_runs(RESULTS / f"{name}_runs.jsonl", protocol, env)
+    methods = lc.PROTOCOL_METHODS.get(protocol_name, tuple(lc.VAULT.methods()))
+    assert set(runs) == {(m, s) for m in methods for s in protocol.seeds}
+    summary = lc.summarize(list(runs.values()), protocol)
+    report = json.loads((RESULTS / f"{name}.json").read_text())
+    readme = (RESULTS.parents[1] / "README.md").read_text()
+    assert report["comparisons"].keys() == summary["comparisons"].keys()
+    for key, mine in summary["comparisons"].items():
+        committed = report["comparisons"][key]
+        assert committed["verdict"] == mine["verdict"] and not mine["verdict"].startswith("no decision")
+        for field in ("mean", "low", "high"):
+            assert committed[field] == pytest.approx(mine[field], abs=1e-12)
+        if key.endswith("(auc)"):  # the primary metric's figures as the README states them
+            assert f"{mine['mean']:+.3f}" in readme and f"[{mine['low']:+.3f}, {mine['high']:+.3f}]" in readme
