@@ -17,7 +17,9 @@ The terms follow what the code does:
 - logits: fp32 logits of up to that many tokens; the backward of ``logsumexp`` (``learner/batching.py``) holds the
   logits, the gradient from the picked tokens and three logits-sized temporaries at once: 5 copies;
 - vLLM (``runtime/serving.py::vllm_options``): a fixed budget of ``gpu_memory_utilization`` x the GPU for its
-  weights (``params x dtype / tensor_parallel``) and KV cache; asleep during the update
+  weights (``params x dtype / tensor_parallel``), its start-up profile's activations and KV cache; it starts only
+  when what is left after the weights and that profile holds one ``max_model_len`` sequence of KV cache
+  (``engine_profile_bytes``); asleep during the update
   (``runtime/serving.py``: level 2 for a full model, level 1 under LoRA: both leave neither on the GPU);
 - between the update and the engine's wake-up every rank gives its caching allocator's free blocks back
   (``runtime/serving.py::release_accelerator_cache``, its order tested in tests/runtime/test_engine_sync.py):
@@ -54,6 +56,13 @@ BYTES = {"float32": 4, "bfloat16": 2}
 # gpu_memory_utilization budget awake (vLLM counts its CUDA graphs inside the budget).
 LEARNER_PROCESS_BYTES = 1.5 * GIB
 ENGINE_PROCESS_BYTES = 2.1 * GIB
+# vLLM sizes its KV cache from what is left of its budget after a profile run at start (vLLM v1's worker,
+# determine_available_memory): budget - weights - the profile's activation peak - memory outside torch (and, from
+# vLLM 0.21, an estimate of its CUDA graphs). The profile is one forward of max_num_batched_tokens tokens and a
+# sampler run over min(max_num_seqs, those tokens) rows of logits. vllm.LLM's defaults for the two (its engine
+# arguments, offline use): 16384 tokens and 1024 sequences on GPUs of 70 GiB or more (A100s excepted: these count
+# as larger here, which overstates their profile by well under 1 GB for the models planned), else 8192 and 256.
+VLLM_BATCH_DEFAULTS = ((70 * GIB, 16384, 1024), (0.0, 8192, 256))  # (GPU of at least, tokens, sequences)
 # Without FSDP, a full fine-tune's first update creates AdamW's state among the update's freed blocks, and the
 # caching allocator keeps those segments: after the cache release (serving.release_accelerator_cache) PyTorch still
 # reserves 5.82 GiB more than it allocates, 0.45 x the AdamW state (gradient checkpointing: 5.07 GiB, 0.40 x), for
@@ -197,6 +206,28 @@ def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int, tensor_parallel: int
     keeps at least one)."""
     heads = max(1, shape.kv_heads // tensor_parallel)
     return 2 * shape.layers * heads * shape.head_dim * dtype_bytes
+
+
+def vllm_batch(gpu_bytes: float | None, batched_tokens: int = 0, max_seqs: int = 0) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of a vLLM engine: the ones set (``llm_options``), else vllm.LLM's
+    defaults for the GPU's size (the smaller GPU's when unknown)."""
+    for least, tokens, seqs in VLLM_BATCH_DEFAULTS:
+        if (gpu_bytes or 0.0) >= least:
+            return batched_tokens or tokens, max_seqs or seqs
+    raise AssertionError("VLLM_BATCH_DEFAULTS ends with a row for any GPU")
+
+
+def engine_profile_bytes(shape: ModelShape, dtype_bytes: int, tensor_parallel: int, batched_tokens: int,
+                         max_seqs: int) -> float:
+    """The least vLLM's start-up profile holds beside its weights, which it takes from its budget before sizing the
+    KV cache: the forward of ``batched_tokens`` tokens at its widest point, one MLP (the residual stream, the normed
+    input and the attention output, the gate/up projections' output and the activation's, the MLP's split over TP),
+    and the sampler's logits (model dtype, the whole vocabulary) of min(max_seqs, batched_tokens) rows. Older vLLM
+    samplers add float32 copies (sorting for top-k/top-p: up to about 14x these logits' bytes), so this is a floor:
+    what every version holds, which makes a start it refuses certain to fail."""
+    forward = dtype_bytes * batched_tokens * (3 * shape.hidden + 3 * shape.intermediate / tensor_parallel)
+    logits = dtype_bytes * min(max_seqs, batched_tokens) * shape.vocab
+    return forward + logits
 
 
 # ----------------------------------------------------------------------------------------------------- learner
@@ -515,6 +546,8 @@ class PolicyInput:
     longest_sample: int = 0  # max_prompt_length + max_response_length: a micro-batch never has fewer tokens
     micro_batch_max_tokens: int = 8192
     lora_note: str = ""
+    batched_tokens: int = 0  # vLLM's max_num_batched_tokens when llm_options sets it (0: vLLM's default)
+    max_seqs: int = 0  # vLLM's max_num_seqs when llm_options sets it (0: vLLM's default)
 
 
 @dataclass(frozen=True)
@@ -526,6 +559,7 @@ class PolicyMemory:
     budget: float  # vLLM's gpu_memory_utilization x the GPU
     engine_weights: float
     kv_per_token: int
+    engine_profile: float  # the least vLLM's start-up profile holds beside its weights (engine_profile_bytes)
     sync_transient: float
     update: float
     sync: float
@@ -545,11 +579,12 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     budget = policy.utilization * (gpu_bytes or 0.0)
     weights = parameter_count(policy.shape) * policy.engine_bytes / policy.tensor_parallel
     kv = kv_bytes_per_token(policy.shape, policy.engine_bytes, policy.tensor_parallel)
+    profile = policy_engine_profile(policy, gpu_bytes)
     process = LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES
     engine = max(budget, weights)  # with the GPU size unknown, at least the weights
     if not policy.learner.trainable:
         rollout = learner.resident + engine + process
-        return PolicyMemory(policy, learner, budget, weights, kv, 0.0, rollout, rollout, rollout)
+        return PolicyMemory(policy, learner, budget, weights, kv, profile, 0.0, rollout, rollout, rollout)
     kept = learner.kept  # the update's peak went back with the cache release, before the engine woke
     world = policy.learner.world_size
     transient = learner.largest_tensor * (1 + 1 / world) + \
@@ -557,7 +592,26 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     update = learner.peak * (1 + ALLOCATOR_RESERVE) + process
     sync = kept + transient + weights + process
     rollout = kept + engine + process
-    return PolicyMemory(policy, learner, budget, weights, kv, transient, update, sync, rollout)
+    return PolicyMemory(policy, learner, budget, weights, kv, profile, transient, update, sync, rollout)
+
+
+def policy_engine_profile(policy: PolicyInput, gpu_bytes: float | None) -> float:
+    """``engine_profile_bytes`` for a policy's engine on a GPU of ``gpu_bytes``."""
+    tokens, seqs = vllm_batch(gpu_bytes, policy.batched_tokens, policy.max_seqs)
+    return engine_profile_bytes(policy.shape, policy.engine_bytes, policy.tensor_parallel, tokens, seqs)
+
+
+def engine_room(policy: PolicyInput, gpu_bytes: float) -> float:
+    """What vLLM's budget leaves for its KV cache after its weights and its start-up profile (at least that much
+    less: memory outside torch and, from vLLM 0.21, CUDA graphs come off it too)."""
+    weights = parameter_count(policy.shape) * policy.engine_bytes / policy.tensor_parallel
+    return policy.utilization * gpu_bytes - weights - policy_engine_profile(policy, gpu_bytes)
+
+
+def engine_short(policy: PolicyInput, gpu_bytes: float) -> bool:
+    """vLLM refuses to start: what its budget leaves for the KV cache cannot hold one max_model_len sequence."""
+    kv = kv_bytes_per_token(policy.shape, policy.engine_bytes, policy.tensor_parallel) * policy.max_model_len
+    return engine_room(policy, gpu_bytes) < kv
 
 
 @dataclass(frozen=True)
@@ -605,12 +659,13 @@ class GpuPlan:
             return []
         found = []
         for p in self.policies:
-            room = p.budget - p.engine_weights
-            need = p.kv_per_token * p.policy.max_model_len
-            if room < need:
+            if engine_short(p.policy, self.gpu_bytes):
+                room = engine_room(p.policy, self.gpu_bytes)
+                need = p.kv_per_token * p.policy.max_model_len
                 found.append(f"{p.policy.name}'s vLLM budget ({_gb(p.budget)} = {p.policy.utilization:g} x "
                              f"{_gb(self.gpu_bytes)}) leaves {_gb(max(0.0, room))} after its weights "
-                             f"({_gb(p.engine_weights)}), less than the KV cache of one {p.policy.max_model_len}-token "
+                             f"({_gb(p.engine_weights)}) and its start-up profile (at least "
+                             f"{_gb(p.engine_profile)}), less than the KV cache of one {p.policy.max_model_len}-token "
                              f"sequence ({_gb(need)}): vLLM refuses to start")
         if self.peak > self.gpu_bytes:
             found.append(f"the {self.peak_phase} peaks at {_gb(self.peak)} > {_gb(self.gpu_bytes)}")
@@ -701,13 +756,18 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
         add(f"specialization=L2 (LoRA rank 16 on {names}, one adapter per agent; or base_models.<policy>.lora."
             "rank=16 for one shared adapter)", changed)
     for p in policies:
-        if p.gpus >= 1 and p.gpus % (2 * p.tensor_parallel) == 0 and _engine_short(p, gpu_bytes):
+        if p.gpus >= 1 and p.gpus % (2 * p.tensor_parallel) == 0 and engine_short(p, gpu_bytes):
             tp = p.tensor_parallel * 2
-            while p.gpus % (2 * tp) == 0 and _engine_short(dataclasses.replace(p, tensor_parallel=tp), gpu_bytes):
+            while p.gpus % (2 * tp) == 0 and engine_short(dataclasses.replace(p, tensor_parallel=tp), gpu_bytes):
                 tp *= 2
             add(f"base_models.{p.name}.tensor_parallel={tp} (vLLM's weights split over {tp} GPUs: room for its KV "
                 "cache)",
                 [dataclasses.replace(q, tensor_parallel=tp) if q is p else q for q in policies])
+    for p in policies:
+        if p.longest_sample and p.max_model_len > p.longest_sample and engine_short(p, gpu_bytes):
+            add(f"++base_models.{p.name}.engine_options.max_model_len={p.longest_sample} (vLLM reserves room for one "
+                f"sequence of {p.max_model_len} tokens; this run's prompt + response is at most {p.longest_sample})",
+                [dataclasses.replace(q, max_model_len=q.longest_sample) if q is p else q for q in policies])
     for p in trained:
         if not p.learner.cpu_offload:
             enable = "" if p.learner.sharded else f"base_models.{p.name}.fsdp.enabled=true "
@@ -770,14 +830,6 @@ def _lora(policy: PolicyInput, rank: int = 16) -> PolicyInput:
                     trained_adapters=1, reference_copy=False)
 
 
-def _engine_short(policy: PolicyInput, gpu_bytes: float) -> bool:
-    """vLLM's budget cannot hold its weights and one max_model_len sequence of KV cache."""
-    budget = policy.utilization * gpu_bytes
-    weights = parameter_count(policy.shape) * policy.engine_bytes / policy.tensor_parallel
-    kv = kv_bytes_per_token(policy.shape, policy.engine_bytes, policy.tensor_parallel) * policy.max_model_len
-    return budget - weights < kv
-
-
 def _utilization(policies: Sequence[PolicyInput], policy: PolicyInput, gpu_bytes: float) -> float | None:
     """A gpu_memory_utilization (two decimals) for ``policy`` with which every GPU fits, or None."""
     def with_value(value: float) -> list[PolicyInput]:
@@ -826,6 +878,10 @@ def assumptions() -> list[str]:
         f"peak ({ALLOCATOR_RESERVE:.0%}, the largest measured on an H200 rounded up)",
         "vLLM holds its whole budget when awake (weights, KV cache, its activations) and nothing while asleep "
         "(level 2 full model, level 1 LoRA: weights and KV cache leave the GPU)",
+        "vLLM starts only when its budget, less its weights and its start-up profile (one forward of "
+        "max_num_batched_tokens tokens and the sampler's logits of max_num_seqs rows, vllm.LLM's defaults for the "
+        "GPU's size unless llm_options sets them), holds one max_model_len sequence of KV cache; the profile counted "
+        "is a floor (older samplers' float32 copies, CUDA graphs and memory outside torch come off the KV cache too)",
         released,
         "weight sync: one full tensor gathered at a time on the GPU; its chunks (engine option sync_chunk_mb) go "
         "through host shared memory",
@@ -891,15 +947,18 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
         moment = max(learner.moments, key=lambda m: m.bytes)
         lines.append(_line("update peak", learner.peak, f"weights + gradients + AdamW + the {moment.label} moment "
                                                         f"({moment.bytes / GB:.2f} GB)", 6))
-    capacity = (p.budget - p.engine_weights) / p.kv_per_token if p.budget > p.engine_weights else 0.0
+    room = max(0.0, p.budget - p.engine_weights - p.engine_profile) if plan.gpu_bytes is not None else 0.0
+    tokens, seqs = vllm_batch(plan.gpu_bytes, inp.batched_tokens, inp.max_seqs)
     lines.append(f"    vLLM (TP={inp.tensor_parallel}, gpu_memory_utilization {inp.utilization:g}, "
                  f"max_model_len {inp.max_model_len}):")
     budget = f"{inp.utilization:g} x the GPU" if plan.gpu_bytes is not None else "unknown GPU size: weights only"
     lines.append(_line("budget (when awake)", max(p.budget, p.engine_weights), budget, 6))
     lines.append(_line("weights", p.engine_weights, f"{parameter_count(inp.shape) / 1e9:.3g} B params x "
                                                     f"{inp.engine_bytes} B / TP {inp.tensor_parallel}", 8))
-    lines.append(_line("KV cache + activations", max(0.0, p.budget - p.engine_weights),
-                       f"about {capacity:,.0f} tokens at {p.kv_per_token:,} B/token", 8))
+    lines.append(_line("start-up profile", p.engine_profile, f"at least: one forward of {tokens} tokens and "
+                                                             f"{min(tokens, seqs)} rows of logits", 8))
+    lines.append(_line("KV cache", room, f"at most about {room / p.kv_per_token:,.0f} tokens at {p.kv_per_token:,} "
+                                         "B/token", 8))
     lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
                        "learner + vLLM processes, in every phase (both measured on an H200)", 4))
     kept = "kept (resident + cache kept after release)" if learner.stranded else "resident"
@@ -1004,11 +1063,14 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
     ).with_tokens(max(int(learner.micro_batch_max_tokens), longest_sample))
     options = vllm_options(spec)
     max_model_len = int(options.get("max_model_len") or shape.max_positions or longest_sample)
+    llm_options = options.get("llm_options") or {}
     return PolicyInput(
         name=spec.policy, model=str(spec.model_path), source=source, shape=shape, learner=setup,
         gpus=float(layout.gpus), tensor_parallel=int(layout.tensor_parallel),
         utilization=float(options["gpu_memory_utilization"]), engine_bytes=compute, max_model_len=max_model_len,
         longest_sample=longest_sample, micro_batch_max_tokens=int(learner.micro_batch_max_tokens),
+        batched_tokens=int(llm_options.get("max_num_batched_tokens") or 0),
+        max_seqs=int(llm_options.get("max_num_seqs") or 0),
     )
 
 

@@ -329,3 +329,39 @@ def test_only_an_unsharded_full_fine_tune_keeps_cache_after_the_release():
     assert full.kept == full.resident + full.stranded
     assert learner("base_models.policy_0.fsdp.enabled=true").stranded == 0
     assert learner("specialization=L2").stranded == 0
+
+
+def test_vllm_start_profile_floor_by_hand():
+    """One forward of 16384 tokens at the MLP (residual, normed input, attention output: 3 x 2048; gate/up and the
+    activation: 3 x 6144, split over TP) and bf16 logits of 1024 rows, vllm.LLM's defaults on an 80 GB GPU."""
+    shape = memory.ModelShape.from_config(QWEN3_1_7B)
+    assert memory.vllm_batch(80e9) == (16384, 1024) and memory.vllm_batch(24e9) == (8192, 256)
+    assert memory.vllm_batch(None, 2048, 64) == (2048, 64)
+    assert memory.engine_profile_bytes(shape, 2, 1, 16384, 1024) == 2 * 16384 * (3 * 2048 + 3 * 6144) + \
+        2 * 1024 * 151936  # 1.12 GB
+    assert memory.engine_profile_bytes(shape, 2, 2, 16384, 1024) == 2 * 16384 * (3 * 2048 + 3 * 3072) + \
+        2 * 1024 * 151936
+    assert memory.engine_profile_bytes(shape, 2, 1, 100, 1024) == 2 * 100 * (3 * 2048 + 3 * 6144) + 2 * 100 * 151936
+
+
+def test_a_vllm_budget_that_cannot_hold_its_start_profile_is_refused_with_the_fixes():
+    """At 0.11 of 80 GB vLLM's budget (8.8 GB) holds Qwen3-1.7B's weights (3.44 GB) and one 40960-token sequence
+    of KV cache (4.70 GB), but not also the 1.12 GB its start-up profile takes first: vLLM would refuse to start
+    ("To serve at least one request with the model's max seq len ..."), so the plan refuses first, naming a
+    max_model_len that fits this run's samples; a smaller profile batch (llm_options) also lets it start."""
+    short = "++base_models.policy_0.engine_options.gpu_memory_utilization=0.11"
+    with pytest.raises(ConfigError) as error:
+        run_plan("resources.gpu_memory_gb=80", short)
+    text = str(error.value)
+    assert "its start-up profile (at least 1.12 GB), less than the KV cache of one 40960-token sequence" in text
+    fix = next(x for x in text.splitlines() if "engine_options.max_model_len=" in x)
+    assert "not enough" not in fix
+    longest = int(fix.split("engine_options.max_model_len=")[1].split(" ")[0])
+    assert longest < 40960
+    assert run_plan("resources.gpu_memory_gb=80", short,
+                    f"++base_models.policy_0.engine_options.max_model_len={longest}").memory.fits
+    small = "++base_models.policy_0.engine_options.llm_options={max_num_batched_tokens: 2048, max_num_seqs: 64}"
+    run = run_plan("resources.gpu_memory_gb=80", short, small)
+    assert run.memory.fits and run.memory.plans[0].policies[0].engine_profile == pytest.approx(
+        2 * 2048 * (3 * 2048 + 3 * 6144) + 2 * 64 * 151936)
+    assert "one forward of 2048 tokens and 64 rows of logits" in run.memory.describe()
