@@ -20,6 +20,8 @@ Parts (each adds a section to benchmarks/results/gpu_smoke.json):
 - ``generation``: the executor over a ``VLLMEngine`` on the quickstart workload (arith_duo, tree mode, B
   problems x K branches, two turns), with every batched call recorded; then the very same calls replayed on
   the bare engine from the same RNG state. Tokens/s of both and their ratio (target >= 0.9, as for the CPU engine).
+  Also the KV cache vLLM allocated after its start-up profile against the memory plan's bound for the same engine
+  (``kv_cache``: at most 1 when the plan's floor of the profile holds).
 - ``L1``: ``bash scripts/train/math/math_L1_prompt.sh`` as shipped (engine auto = vLLM, GPU_num = every visible GPU,
   bf16 with fp32 master weights; one FSDP2 rank and one vLLM engine per GPU, colocated, vLLM asleep during updates),
   with a short budget, a local model (default: the packaged SmolLM2-135M; the lent machines have no hub access)
@@ -121,6 +123,9 @@ def generation(args: argparse.Namespace) -> dict:
         return VLLMEngine(model_dir, dtype="bfloat16", seed=0, codec=codec, gpu_memory_utilization=0.4)
 
     work = build_workload(workload_args, engine_factory=vllm_engine)
+    kv_cache = kv_cache_against_plan(work.engine, utilization=0.4)
+    print(f"KV cache: vLLM allocated {kv_cache['allocated_tokens']} tokens; the memory plan's bound "
+          f"{kv_cache['plan_bound_tokens']:.0f} (allocated / bound {kv_cache['ratio']})", flush=True)
     warm_up(work)
     samples = []
     for _ in range(args.repeats):
@@ -129,7 +134,25 @@ def generation(args: argparse.Namespace) -> dict:
     work.engine.close()
     medians = {k: median([s[k] for s in samples]) for k in
                ("tokens", "executor_s", "bare_s", "executor_tokens_per_s", "bare_tokens_per_s", "ratio")}
-    return {"samples": samples, "medians": medians, "workload": work.settings}
+    return {"samples": samples, "medians": medians, "workload": work.settings, "kv_cache": kv_cache}
+
+
+def kv_cache_against_plan(engine, utilization: float) -> dict:
+    """The KV cache vLLM allocated after its start-up profile, against the memory plan's bound for the same engine
+    (``memory.vllm_kv_room``: the budget less the weights and the profile's floor). At most 1 if the floor holds;
+    well below 1 says how much the plan's uncounted terms (older samplers' float32 copies, CUDA graphs, memory
+    outside torch) take on this vLLM."""
+    import torch
+
+    from pettingllms.assembly import memory
+
+    shape = memory.ModelShape.from_config(json.loads((Path(engine.model_dir) / "config.json").read_text()))
+    gpu_bytes = float(torch.cuda.get_device_properties(0).total_memory)
+    per_token = memory.kv_bytes_per_token(shape, 2, engine.tensor_parallel_size)
+    bound = memory.vllm_kv_room(shape, 2, engine.tensor_parallel_size, utilization, gpu_bytes) / per_token
+    allocated = engine.kv_cache_tokens
+    return {"allocated_tokens": allocated, "plan_bound_tokens": bound,
+            "ratio": None if allocated is None else round(allocated / bound, 4)}
 
 
 # ------------------------------------------------------------------------------------------ learner
@@ -298,7 +321,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         medians=report.get("generation", {}).get("medians", {}), measured=ratio, target=TARGET,
                         op=">=", metric="executor tokens/s / bare vLLM tokens/s on the same calls (median)",
                         load_before=load_before, threads=0, notes=notes,
-                        extra={k: v for k, v in report.items() if k != "generation"})
+                        extra={**{k: v for k, v in report.items() if k != "generation"},
+                               "kv_cache": report.get("generation", {}).get("kv_cache")})
     return {"path": str(path)}
 
 

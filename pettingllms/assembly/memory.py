@@ -602,10 +602,19 @@ def policy_engine_profile(policy: PolicyInput, gpu_bytes: float | None) -> float
 
 
 def engine_room(policy: PolicyInput, gpu_bytes: float) -> float:
-    """What vLLM's budget leaves for its KV cache after its weights and its start-up profile (at least that much
-    less: memory outside torch and, from vLLM 0.21, CUDA graphs come off it too)."""
-    weights = parameter_count(policy.shape) * policy.engine_bytes / policy.tensor_parallel
-    return policy.utilization * gpu_bytes - weights - policy_engine_profile(policy, gpu_bytes)
+    """``vllm_kv_room`` of a policy's engine."""
+    return vllm_kv_room(policy.shape, policy.engine_bytes, policy.tensor_parallel, policy.utilization, gpu_bytes,
+                        policy.batched_tokens, policy.max_seqs)
+
+
+def vllm_kv_room(shape: ModelShape, dtype_bytes: int, tensor_parallel: int, utilization: float, gpu_bytes: float,
+                 batched_tokens: int = 0, max_seqs: int = 0) -> float:
+    """What a vLLM engine's budget leaves for its KV cache on each GPU after its weights and its start-up profile:
+    an upper bound (memory outside torch and, from vLLM 0.21, CUDA graphs come off it too)."""
+    weights = parameter_count(shape) * dtype_bytes / tensor_parallel
+    tokens, seqs = vllm_batch(gpu_bytes, batched_tokens, max_seqs)
+    profile = engine_profile_bytes(shape, dtype_bytes, tensor_parallel, tokens, seqs)
+    return utilization * gpu_bytes - weights - profile
 
 
 def engine_short(policy: PolicyInput, gpu_bytes: float) -> bool:

@@ -113,3 +113,28 @@ def test_llm_options_reach_vllm_at_every_tp_size():
     (tp2,) = script_specs("math/math_L1_prompt.sh", {"CUDA_VISIBLE_DEVICES": "0,1"}, option,
                           "base_models.policy_0.tensor_parallel=2")
     assert vllm_options(tp2)["llm_options"] == {"enforce_eager": True, "distributed_executor_backend": "mp"}
+
+
+def test_the_kv_cache_vllm_allocates_is_set_against_the_plan_with_the_real_model_shape(tmp_path, monkeypatch):
+    """The generation part's KV cache check, on the scripts' Qwen3-1.7B (its recorded config) and the H200's size:
+    the bound is 0.4 of the GPU less the bf16 weights and the start-up profile's floor (16384 tokens, 1024 rows of
+    logits), over 114,688 B per token; the ratio is vLLM's allocation over it."""
+    import json
+    import types
+
+    import gpu_smoke
+    import torch
+
+    from pettingllms.models.replicas import recorded_config
+
+    (tmp_path / "config.json").write_text(json.dumps(recorded_config("Qwen/Qwen3-1.7B")))
+    total = 150_109_880_320  # an H200's 139.8 GiB
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(total_memory=total))
+    engine = types.SimpleNamespace(model_dir=str(tmp_path), tensor_parallel_size=1, kv_cache_tokens=400_000)
+    found = gpu_smoke.kv_cache_against_plan(engine, utilization=0.4)
+    weights = 1_720_574_976 * 2
+    profile = 2 * 16384 * (3 * 2048 + 3 * 6144) + 2 * 1024 * 151936
+    assert found["plan_bound_tokens"] == pytest.approx((0.4 * total - weights - profile) / 114_688)
+    assert found["ratio"] == round(400_000 / found["plan_bound_tokens"], 4)
+    engine.kv_cache_tokens = None  # a vLLM that does not say
+    assert gpu_smoke.kv_cache_against_plan(engine, utilization=0.4)["ratio"] is None

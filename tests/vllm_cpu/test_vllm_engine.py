@@ -7,6 +7,7 @@ from __future__ import annotations
 
 
 import logging
+import os
 
 import pytest
 import torch
@@ -236,3 +237,18 @@ def test_lora_adapters_switch_per_request(engine, peft_model, codec, tmp_path):
 def test_add_adapter_rejects_a_folder_without_peft_files(engine, tmp_path):
     with pytest.raises(ConfigError, match="adapter_config.json"):
         engine.add_adapter("nobody", tmp_path)
+
+
+def test_the_engine_reports_the_kv_cache_vllm_allocated_as_the_memory_plan_counts_it(engine, tiny_dir):
+    """vLLM on CPU gives its KV cache VLLM_CPU_KVCACHE_SPACE (1 GiB here) exactly: the tokens the engine reports are
+    that space over the memory plan's bytes per token (keys and values of every layer, float32), to within a block.
+    On GPUs the same figure is what the plan's "KV cache" line bounds from above (benchmarks/gpu_smoke.py)."""
+    import json
+
+    from pettingllms.assembly import memory
+
+    shape = memory.ModelShape.from_config(json.loads((tiny_dir / "config.json").read_text()))
+    per_token = memory.kv_bytes_per_token(shape, 4, 1)
+    expected = float(os.environ["VLLM_CPU_KVCACHE_SPACE"]) * 2**30 / per_token
+    assert engine.kv_cache_tokens is not None
+    assert expected * 0.99 <= engine.kv_cache_tokens <= expected

@@ -228,12 +228,14 @@ class VLLMEngine:
         self._zero_adapter: RegisteredAdapter | None = None
         if self.enable_lora and current_platform.is_cpu():
             self._zero_adapter = self._register_zero_adapter()
+        self.kv_cache_tokens = kv_cache_tokens(self.llm)
         logger.info(
-            "vLLM engine for %s on %s: tp=%d, context %d, started in %.1f s",
+            "vLLM engine for %s on %s: tp=%d, context %d, KV cache for %s tokens, started in %.1f s",
             self.model_dir,
             self.platform,
             self.tensor_parallel_size,
             self.context_window,
+            "unknown" if self.kv_cache_tokens is None else f"{self.kv_cache_tokens:,}",
             self.startup_seconds,
         )
 
@@ -611,6 +613,15 @@ def _check_cpu_head_size(model_dir: Path) -> None:
             f"{model_dir} has attention head size {head_dim}, which vLLM's CPU backend does not support "
             f"(supported: {supported}); use a model with one of those head sizes, or run on a GPU"
         )
+
+def kv_cache_tokens(llm) -> int | None:
+    """How many tokens of KV cache vLLM allocated after its start-up profile: its blocks (which the engine process
+    reports to the front end's cache config once it is ready) x tokens per block; None where this vLLM does not say.
+    What the memory plan's "KV cache" line bounds (assembly/memory.py)."""
+    cache = getattr(getattr(llm.llm_engine, "vllm_config", None), "cache_config", None)
+    blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    return int(blocks) * int(block_size) if blocks and block_size else None
+
 
 def _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len) -> None:
     if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
