@@ -7,6 +7,8 @@
                                                            # resume from the committed runs (how it is run in pieces)
     python benchmarks/learning_claims.py --protocol first  # pre-registration 1, as it ran (3 seeds)
     python benchmarks/learning_claims.py --env cpu_sudoku --quick   # a built-in game, through its cpu_<env> preset
+    python benchmarks/learning_claims.py --protocol early --record benchmarks/results/learning_claims_early_vault_runs.jsonl
+                                                           # pre-registration 4: AT-GRPO vs trajectory at 1,000 tokens
 
 Every finished run is appended to ``<log-dir>/runs.jsonl`` at once, with the protocol it ran under; a later
 invocation reads it and runs only the (method, seed) pairs missing there under the same protocol, env and
@@ -97,6 +99,34 @@ Written and committed in its own commit on 2026-11-26, after ``cpu_plan_path`` w
   with fewer than 8 paired seeds, no decision). One comparison, so no correction. Reported whichever way it falls.
 - Cost, estimated from the preset's run on a quiet machine (38 s per step of 8 grids, 90 s to evaluate 64): about
   4 min of training and 4 min of evaluation per run, 16 runs in about 2.2 h. It resumes at run granularity.
+
+PRE-REGISTRATION 4: THE EARLY LEAD ON VAULT (``--protocol early``; ``EARLY``. Written and committed in its own
+commit on 2026-11-27, after pre-registration 2's result and before any run of this comparison; the same rules of
+change as pre-registration 2.)
+
+- Question: at a budget of 1,000 generated training tokens, does AT-GRPO reach a higher held-out success on vault
+  than trajectory GRPO? In pre-registration 2, AT-GRPO led trajectory GRPO at its first evaluation point (the first
+  step reaching 1,000 tokens; 0.65 against 0.48 on 32 problems, paired +0.17, 95% interval [+0.04, +0.30], 11 seeds
+  above, 2 below), but that point was one of six looks that were not pre-registered as metrics. This tests it on
+  fresh seeds.
+- Task, model, learner, sampling and the two methods: exactly as in pre-registration 2 (``at_grpo`` and
+  ``trajectory``; single-agent GRPO is left out: pre-registration 2 separated it).
+- Budget: 1,000 generated training tokens per run (steps of 4 problems; the step that crosses it is completed), so
+  each run stops where pre-registration 2's first point was taken.
+- Held-out evaluation (greedy, independent episodes, up to 2 turns, the test seed space): before training on the
+  first 32 test problems (a check of the set-up, not a metric), after the last step on 64.
+- Seeds: 16 to 31, 16 per method, disjoint from pre-registration 2's seeds 0-15 (which produced the lead), paired as
+  before (seed s of both methods shares data order and initialisation).
+- Metric: the held-out success after the last step (64 problems). It is both the primary metric and, with one
+  point after the start, the mean over the points after the start that the report calls ``auc``.
+- Test and decision rule: as pre-registration 2 (the 95% paired percentile bootstrap interval of the mean per-seed
+  difference AT-GRPO minus trajectory, 100,000 resamples drawn by ``random.Random(0)``; AT-GRPO better when its low
+  end is above 0, trajectory better when its high end is below 0, otherwise not separated; no decision before 16
+  paired seeds). One comparison, so no correction. Reported whichever way it falls, with the per-seed values.
+- Cost, from pre-registration 2's runs on a quiet machine: outside evaluation an AT-GRPO run trained for a median
+  128 s per 3,000 tokens and a trajectory run 222 s; held-out episodes cost about 0.75 s each. So about 1.5 min of
+  training (AT-GRPO 0.7, trajectory 1.2) and 1.2 min of evaluation (96 episodes) per run: 32 runs in about 90 min.
+  It resumes at run granularity.
 
 PRE-REGISTRATION 1, as committed in d427c09 and run at 1b3e100 (``--protocol first``); its text is unchanged:
 
@@ -268,12 +298,15 @@ QUICK = Protocol(budget=40, eval_at=(20,), start_problems=4, mid_problems=4, end
 # pre-registration 3 (the docstring): Plan-Path, tree vs trajectory grouping (one agent: no single-agent baseline)
 GAME_PAIRED = Protocol(budget=1500, eval_at=(500, 1000), start_problems=32, mid_problems=32, end_problems=64,
                        seeds=tuple(range(8)), rule="paired_bootstrap")
-PROTOCOLS = {"paired": PAIRED, "first": FIRST, "paired_game": GAME_PAIRED}
+# pre-registration 4 (the docstring): the early lead on vault, AT-GRPO vs trajectory at 1,000 tokens, fresh seeds
+EARLY = Protocol(budget=1000, eval_at=(), start_problems=32, mid_problems=32, end_problems=64,
+                 seeds=tuple(range(16, 32)), rule="paired_bootstrap", overrides=("optim.micro_batch_max_tokens=1024",))
+PROTOCOLS = {"paired": PAIRED, "first": FIRST, "paired_game": GAME_PAIRED, "early": EARLY}
 # the methods a protocol compares, where not all three (kept out of Protocol: a finished run's record holds its
 # protocol's fields, and a new field would keep every earlier record from being resumed)
-PROTOCOL_METHODS = {"paired_game": ("at_grpo", "trajectory")}
+PROTOCOL_METHODS = {"paired_game": ("at_grpo", "trajectory"), "early": ("at_grpo", "trajectory")}
 # the comparisons that are pre-registered (protocol, env); any other full run is refused
-REGISTERED = {("paired", "vault"), ("first", "vault"), ("paired_game", "cpu_plan_path")}
+REGISTERED = {("paired", "vault"), ("first", "vault"), ("paired_game", "cpu_plan_path"), ("early", "vault")}
 
 
 def run(method: str, seed: int, protocol: Protocol, env: str, log_dir: Path) -> dict:
@@ -470,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="one seed, a tiny budget: checks the pipeline only")
     parser.add_argument("--protocol", choices=list(PROTOCOLS), default="paired",
                         help="paired: pre-registration 2 (default); first: pre-registration 1, as it ran; "
-                             "paired_game: pre-registration 3 (--env cpu_plan_path)")
+                             "paired_game: pre-registration 3 (--env cpu_plan_path); early: pre-registration 4")
     parser.add_argument("--env", default="vault", help="vault, or a cpu_<env> preset of pettingllms/configs/experiment")
     parser.add_argument("--methods", nargs="+", choices=list(VAULT.methods()),
                         help="default: the protocol's (all three, or PROTOCOL_METHODS)")

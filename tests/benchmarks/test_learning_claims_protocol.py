@@ -171,3 +171,13 @@ def test_a_committed_comparison_is_what_its_committed_runs_give(protocol_name, e
             assert committed[field] == pytest.approx(mine[field], abs=1e-12)
         if key.endswith("(auc)"):  # the primary metric's figures as the README states them
             assert f"{mine['mean']:+.3f}" in readme and f"[{mine['low']:+.3f}, {mine['high']:+.3f}]" in readme
+
+
+def test_the_early_lead_is_registered_on_fresh_seeds_for_two_methods_with_pre_registration_2s_training():
+    p = lc.EARLY
+    assert ("early", "vault") in lc.REGISTERED and lc.PROTOCOL_METHODS["early"] == ("at_grpo", "trajectory")
+    assert (p.budget, p.eval_at, p.start_problems, p.end_problems, p.rule) == (1000, (), 32, 64, "paired_bootstrap")
+    assert p.seeds == tuple(range(16, 32)) and not set(p.seeds) & set(lc.PAIRED.seeds)
+    for method in ("at_grpo", "trajectory"):  # the same training as pre-registration 2's runs, seed for seed
+        early, paired = (lc._overrides(method, 20, q, "vault", Path("logs")) for q in (lc.EARLY, lc.PAIRED))
+        assert early == paired
