@@ -182,6 +182,12 @@ separated (final success: -0.077 [-0.281, +0.132], not separated). AT-GRPO minus
 Not pre-registered, so a lead for a later pre-registration only: at the first evaluation point (about 1,150 tokens)
 AT-GRPO led trajectory GRPO by +0.17 [+0.04, +0.30], one of six such looks.
 
+Result of pre-registration 4 (README; ``benchmarks/results/learning_claims_early_vault.json``, every run in
+``learning_claims_early_vault_runs.jsonl``; per-seed values in docs/environments/vault.md): 32 runs in 74 min. Final
+held-out success at 1,000 tokens: AT-GRPO 0.63 +- 0.24, trajectory GRPO 0.53 +- 0.21; AT-GRPO minus trajectory
++0.091, 95% interval [-0.029, +0.201], 11 seeds above and 5 below: not separated. The early lead of
+pre-registration 2 is not confirmed.
+
 Result of pre-registration 3 (README; ``benchmarks/results/learning_claims_paired_game_cpu_plan_path.json``): on
 ``cpu_plan_path`` AT-GRPO 0.44 +- 0.26 on the primary metric, trajectory GRPO 0.36 +- 0.22; the mean paired
 difference +0.081, 95% interval [-0.081, +0.255] over 8 paired seeds (4 above, 4 below): not separated.

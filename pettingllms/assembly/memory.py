@@ -596,9 +596,9 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
 
 
 def policy_engine_profile(policy: PolicyInput, gpu_bytes: float | None) -> float:
-    """``engine_profile_bytes`` for a policy's engine on a GPU of ``gpu_bytes``."""
-    tokens, seqs = vllm_batch(gpu_bytes, policy.batched_tokens, policy.max_seqs)
-    return engine_profile_bytes(policy.shape, policy.engine_bytes, policy.tensor_parallel, tokens, seqs)
+    """``vllm_profile_bytes`` of a policy's engine."""
+    return vllm_profile_bytes(policy.shape, policy.engine_bytes, policy.tensor_parallel, gpu_bytes,
+                              policy.batched_tokens, policy.max_seqs)
 
 
 def engine_room(policy: PolicyInput, gpu_bytes: float) -> float:
@@ -607,13 +607,19 @@ def engine_room(policy: PolicyInput, gpu_bytes: float) -> float:
                         policy.batched_tokens, policy.max_seqs)
 
 
+def vllm_profile_bytes(shape: ModelShape, dtype_bytes: int, tensor_parallel: int, gpu_bytes: float | None,
+                       batched_tokens: int = 0, max_seqs: int = 0) -> float:
+    """``engine_profile_bytes`` at an engine's batch on a GPU of ``gpu_bytes`` (``vllm_batch``)."""
+    tokens, seqs = vllm_batch(gpu_bytes, batched_tokens, max_seqs)
+    return engine_profile_bytes(shape, dtype_bytes, tensor_parallel, tokens, seqs)
+
+
 def vllm_kv_room(shape: ModelShape, dtype_bytes: int, tensor_parallel: int, utilization: float, gpu_bytes: float,
                  batched_tokens: int = 0, max_seqs: int = 0) -> float:
     """What a vLLM engine's budget leaves for its KV cache on each GPU after its weights and its start-up profile:
     an upper bound (memory outside torch and, from vLLM 0.21, CUDA graphs come off it too)."""
     weights = parameter_count(shape) * dtype_bytes / tensor_parallel
-    tokens, seqs = vllm_batch(gpu_bytes, batched_tokens, max_seqs)
-    profile = engine_profile_bytes(shape, dtype_bytes, tensor_parallel, tokens, seqs)
+    profile = vllm_profile_bytes(shape, dtype_bytes, tensor_parallel, gpu_bytes, batched_tokens, max_seqs)
     return utilization * gpu_bytes - weights - profile
 
 
