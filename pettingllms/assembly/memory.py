@@ -61,7 +61,8 @@ ENGINE_PROCESS_BYTES = 2.1 * GIB
 # vLLM 0.21, an estimate of its CUDA graphs). The profile is one forward of max_num_batched_tokens tokens and a
 # sampler run over min(max_num_seqs, those tokens) rows of logits. vllm.LLM's defaults for the two (its engine
 # arguments, offline use): 16384 tokens and 1024 sequences on GPUs of 70 GiB or more (A100s excepted: these count
-# as larger here, which overstates their profile by well under 1 GB for the models planned), else 8192 and 256.
+# as larger here, which overstates an 80 GB A100's profile floor by 0.64 GB for Qwen3-1.7B, 1.10 GB for
+# Llama-3.1-8B), else 8192 and 256.
 VLLM_BATCH_DEFAULTS = ((70 * GIB, 16384, 1024), (0.0, 8192, 256))  # (GPU of at least, tokens, sequences)
 # Without FSDP, a full fine-tune's first update creates AdamW's state among the update's freed blocks, and the
 # caching allocator keeps those segments: after the cache release (serving.release_accelerator_cache) PyTorch still
@@ -565,6 +566,11 @@ class PolicyMemory:
     sync: float
     rollout: float
 
+    @property
+    def kv_room(self) -> float:
+        """What vLLM's budget leaves for its KV cache after its weights and its start-up profile (``engine_room``)."""
+        return self.budget - self.engine_weights - self.engine_profile
+
 
 def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     """The three phases of one policy on one of its GPUs.
@@ -674,9 +680,8 @@ class GpuPlan:
             return []
         found = []
         for p in self.policies:
-            if engine_short(p.policy, self.gpu_bytes):
-                room = engine_room(p.policy, self.gpu_bytes)
-                need = p.kv_per_token * p.policy.max_model_len
+            room, need = p.kv_room, p.kv_per_token * p.policy.max_model_len
+            if room < need:
                 found.append(f"{p.policy.name}'s vLLM budget ({_gb(p.budget)} = {p.policy.utilization:g} x "
                              f"{_gb(self.gpu_bytes)}) leaves {_gb(max(0.0, room))} after its weights "
                              f"({_gb(p.engine_weights)}) and its start-up profile (at least "
@@ -962,7 +967,7 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
         moment = max(learner.moments, key=lambda m: m.bytes)
         lines.append(_line("update peak", learner.peak, f"weights + gradients + AdamW + the {moment.label} moment "
                                                         f"({moment.bytes / GB:.2f} GB)", 6))
-    room = max(0.0, p.budget - p.engine_weights - p.engine_profile) if plan.gpu_bytes is not None else 0.0
+    room = max(0.0, p.kv_room) if plan.gpu_bytes is not None else 0.0
     tokens, seqs = vllm_batch(plan.gpu_bytes, inp.batched_tokens, inp.max_seqs)
     lines.append(f"    vLLM (TP={inp.tensor_parallel}, gpu_memory_utilization {inp.utilization:g}, "
                  f"max_model_len {inp.max_model_len}):")
