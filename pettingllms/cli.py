@@ -3,14 +3,14 @@
 ``train`` and ``eval`` take Hydra overrides (``key=value``), exactly like the scripts under scripts/train.
 Datasets are made by the loaders ``scripts/dataprocess/load_<domain>.py`` (docs/datasets.md).
 
-The current directory is importable, as with ``python -m``: a user's module next to where the command runs
-(``my_envs/guess.py``) can be named in ``env.name=my_envs.guess:GuessEnv`` or ``env.imports=[my_envs.guess]``.
+A user's module next to where the command runs (``my_envs/guess.py``) can be named in
+``env.name=my_envs.guess:GuessEnv`` or ``env.imports=[my_envs.guess]``: the current directory is searched for the
+modules the user names (``core/registry.py``), as with ``python -m``, and for nothing else.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Sequence
 
@@ -27,7 +27,6 @@ commands:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    make_cwd_importable()
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
@@ -52,14 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return plot_command(rest)
     print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
-
-
-def make_cwd_importable() -> None:
-    """Put the current directory on ``sys.path`` (last, so it never shadows an installed package), as
-    ``python -m`` does: a console script's ``sys.path[0]`` is its own bin directory instead."""
-    cwd = os.getcwd()
-    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
-        sys.path.append(cwd)
 
 
 def check_env_command(argv: Sequence[str]) -> int:

@@ -318,6 +318,9 @@ class EvalModelConfig(Freezable):
 
     checkpoint: Optional[str] = setting(None, "a trainer run directory (its latest checkpoint) or one "
                                               "`checkpoints/step_N` directory")
+    trust_run_code: bool = setting(False, "import the modules and classes the checkpoint's run names in its "
+                                          "config.yaml (`env.imports`, `module:Class`); off: a run directory is data, "
+                                          "and those settings must come from the command line")
     adapters: Optional[str] = setting(None, "a folder of exported LoRA adapters, applied to "
                                             "`base_models.policy_0.path`")
     tokenizer: Optional[str] = setting(None, "tokenizer and chat template to use when the model directory has none, "

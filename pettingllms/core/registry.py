@@ -7,6 +7,11 @@
 - A ``"module:Class"`` string works anywhere a name does, so a user's env in their own module needs no
   platform edit. Packages can also register on import through the ``pettingllms.plugins`` entry-point group
   (the built-in ``envs`` package does).
+- The current directory is searched for a module only when the user names one (``env.imports``, a
+  ``"module:Class"`` name, ``check-env --imports``), as ``python -m`` would: never before, so a file that merely
+  lies there (in a shared run directory, say) cannot stand in for an optional package the platform tries to import.
+- ``get_env_class`` and ``get_agent_class`` return only subclasses of ``Env`` and ``Agent``: a name that reaches any
+  other object (``subprocess:Popen``) is refused before anything is built from it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import sys
 import traceback
 from importlib.metadata import entry_points
 from typing import Any, Callable, Sequence
@@ -29,8 +35,21 @@ class ModuleImportError(PettingLLMsError, ImportError):
     to do."""
 
 
-def import_module(name: str, what: str) -> Any:
-    """``importlib.import_module(name)``; any failure becomes a ModuleImportError naming ``what`` asked for it."""
+def search_current_directory() -> None:
+    """Put the current directory on ``sys.path`` (last, so it never shadows an installed package), as ``python -m``
+    does: a console script's ``sys.path[0]`` is its own bin directory instead. Called when the user names a module
+    of their own, not before."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.append(cwd)
+
+
+def import_module(name: str, what: str, *, users: bool = True) -> Any:
+    """``importlib.import_module(name)``; any failure becomes a ModuleImportError naming ``what`` asked for it.
+    ``users``: a module the user named, which may lie in the current directory (``search_current_directory``);
+    False for an installed package's own lazy entries."""
+    if users:
+        search_current_directory()
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -41,10 +60,9 @@ def import_module(name: str, what: str) -> Any:
                                     f"{missing.replace('.', '/')}.py there?)") from exc
         if missing and (name == missing or name.startswith(missing + ".")):
             raise ModuleImportError(
-                f"{what}: no module named {missing!r} on the Python path. The `pettingllms` command adds the current "
-                f"directory ({os.getcwd()}) to the path: run it from the directory that holds "
-                f"{missing.split('.')[0]}/ (or {missing.split('.')[0]}.py), install your package "
-                f"(pip install -e <its folder>), or add its folder to PYTHONPATH") from exc
+                f"{what}: no module named {missing!r} on the Python path (searched after the installed packages: "
+                f"the current directory, {os.getcwd()}). Install the package that holds it (pip install -e <its "
+                f"folder>) or add its folder to PYTHONPATH") from exc
         raise ModuleImportError(f"{what}: importing {name!r} failed: {exc} (a module it imports is missing: "
                                 f"install it, or fix the import)") from exc
     except ImportError as exc:
@@ -66,12 +84,12 @@ def import_modules(names: Sequence[str], what: str = "env.imports") -> None:
         import_module(name.strip(), f"{what} entry {name!r}")
 
 
-def import_object(path: str) -> Any:
-    """Import ``"package.module:Attr"``. Errors name the path."""
+def import_object(path: str, *, users: bool = True) -> Any:
+    """Import ``"package.module:Attr"``. Errors name the path. ``users`` as for ``import_module``."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise RegistryError(f"{path!r} is not of the form 'package.module:Name'")
-    module = import_module(module_name, f"cannot import module {module_name!r} for {path!r}")
+    module = import_module(module_name, f"cannot import module {module_name!r} for {path!r}", users=users)
     try:
         obj = module
         for part in attr.split("."):
@@ -132,7 +150,7 @@ class Registry:
             )
         entry = self._entries[name]
         if isinstance(entry, str):
-            entry = import_object(entry)
+            entry = import_object(entry, users=False)  # a package registered it: installed code
             self._entries[name] = entry
         return entry
 
@@ -169,8 +187,27 @@ AGENTS = Registry("agent")
 
 register_env: Callable[..., Any] = ENVS.register
 register_agent: Callable[..., Any] = AGENTS.register
-get_env_class = ENVS.get
-get_agent_class = AGENTS.get
+
+
+def get_env_class(name: str) -> type:
+    """The ``Env`` subclass registered as ``name`` (or named ``"module:Class"``); anything else is refused."""
+    from pettingllms.core.env import Env  # local: env.py imports the registry lazily too
+
+    return _subclass_of(Env, ENVS.get(name), name)
+
+
+def get_agent_class(name: str) -> type:
+    """The ``Agent`` subclass registered as ``name`` (or named ``"module:Class"``); anything else is refused."""
+    from pettingllms.core.env import Agent
+
+    return _subclass_of(Agent, AGENTS.get(name), name)
+
+
+def _subclass_of(base: type, obj: Any, name: str) -> type:
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise RegistryError(f"{name!r} is {_describe(obj)}, not a subclass of pettingllms.{base.__name__}: only "
+                            f"{base.__name__} classes are built from a name")
+    return obj
 
 
 def find_env_class(name: str, imports: Sequence[str] = (), *, named: str = "env.name={!r}",

@@ -20,12 +20,15 @@ def export_command(argv: Sequence[str]) -> int:
     parser.add_argument("--out", help="output directory (default: <step dir>/hf); one folder per policy")
     parser.add_argument("--merge-lora", action="store_true",
                         help="one full model per LoRA adapter, the adapter merged into the base weights")
+    parser.add_argument("--trust-run-code", action="store_true",
+                        help="import the modules and classes the run's config.yaml names (env.imports, "
+                             "module:Class); without it such a run is refused: a run directory is data")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from pettingllms.eval.export import export_checkpoint
 
     try:
-        exported = export_checkpoint(args.checkpoint, args.out, args.merge_lora)
+        exported = export_checkpoint(args.checkpoint, args.out, args.merge_lora, args.trust_run_code)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

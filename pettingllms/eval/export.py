@@ -10,7 +10,8 @@ For every policy of the run (``<out>/<policy>/``):
   one full model per adapter with the adapter merged into the base weights (``merge_and_unload``), tokenizer
   included.
 The weights come from the checkpoint's DCP shards, whatever number of ranks wrote them; nothing else of the run
-is needed but its ``config.yaml``.
+is needed but its ``config.yaml``, read as data: a run that names modules to import is refused unless
+``--trust-run-code`` (``eval/run_code.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from pettingllms.core import ConfigError
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
+from pettingllms.eval.run_code import code_settings, refuse_run_code
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.spec import WorkerSpec
 
@@ -34,12 +36,16 @@ class Exported:
     trained: bool  # False: the policy was frozen in that run and keeps its base weights
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, merge_lora: bool = False) -> list[Exported]:
+def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, merge_lora: bool = False,
+                      trust_run_code: bool = False) -> list[Exported]:
     """Write every policy of a checkpoint as Hugging Face folders under ``out`` (default ``<step dir>/hf``)."""
     from pettingllms.assembly.plan import plan
 
     step_dir, run_dir = resolve_checkpoint(str(checkpoint))
-    specs = plan(read_run_config(run_dir), check_memory=False).resolved().worker_specs  # exporting needs no GPU
+    run = read_run_config(run_dir)
+    if not trust_run_code:
+        refuse_run_code(code_settings(run), run_dir, "--trust-run-code")
+    specs = plan(run, check_memory=False).resolved().worker_specs  # exporting needs no GPU
     target = Path(out).expanduser() if out else step_dir / "hf"
     return [_export_policy(spec, ckpt.policy_dir(step_dir, spec.policy), target / spec.policy, merge_lora)
             for spec in specs]

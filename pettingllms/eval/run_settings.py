@@ -20,6 +20,7 @@ from typing import Any, Collection, Mapping, Sequence
 from pettingllms.config.frozen import evolve
 from pettingllms.config.load import parse_overrides
 from pettingllms.config.schema import Config, EvalRunConfig
+from pettingllms.eval.run_code import code_settings, refuse_run_code
 from pettingllms.eval.tasks import SAMPLING_KEYS
 
 MODEL_KEYS = ("specialization", "base_models", "agents", "env.agents", "env.graph")
@@ -43,9 +44,10 @@ def override_keys(overrides: Sequence[str]) -> frozenset[str]:
     return frozenset(o.key_or_group for o in parse_overrides(overrides))
 
 
-def with_settings_of_run(cfg: EvalRunConfig, run: Config, user_keys: Collection[str]) -> RunSettings:
+def with_settings_of_run(cfg: EvalRunConfig, run: Config, user_keys: Collection[str], run_dir: Any = "") -> RunSettings:
     """``cfg`` with every ``RUN_KEYS`` value of ``run`` that ``user_keys`` leave open, and the eval sampling keys
-    they leave open set to None (each agent's ``val_sampling``)."""
+    they leave open set to None (each agent's ``val_sampling``). A setting taken from the run that imports code is
+    refused unless ``model.trust_run_code`` (``eval/run_code.py``)."""
     other_env = _covered("env.name", user_keys) and cfg.env.name != run.env.name
     acting_set = any(_covered(k, user_keys) for k in ACTING_KEYS)
     keys = [k for k in RUN_KEYS if not (other_env and k in (*ENV_KEYS, *ACTING_KEYS))
@@ -60,6 +62,10 @@ def with_settings_of_run(cfg: EvalRunConfig, run: Config, user_keys: Collection[
     for user_key in sorted(user_keys):  # the command line's keys inside what the run replaced win again
         if any(user_key.startswith(key + ".") for key in keys):
             merged = _put_back(merged, cfg, user_key.split("."))
+    if not cfg.model.trust_run_code:
+        ours = code_settings(cfg)
+        refuse_run_code({k: v for k, v in code_settings(merged).items() if ours.get(k) != v}, run_dir,
+                        "model.trust_run_code=true")
     taken = {key: _describe(_get(merged, key)) for key in changes if _get(merged, key) != _get(cfg, key)}
     from_agents = [key for key in SAMPLING_KEYS if taken.pop(f"eval.{key}", None) is not None]
     if from_agents:  # one entry: "eval.temperature/top_p/top_k/max_tokens"

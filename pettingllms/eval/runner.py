@@ -114,7 +114,7 @@ def prepare(cfg: EvalRunConfig, user_keys: Collection[str] = ()
     checkpoint, user_cfg, from_run = None, cfg, {}
     if cfg.model.checkpoint:
         checkpoint, run = resolve_checkpoint(cfg.model.checkpoint)
-        settings = with_settings_of_run(cfg, read_run_config(run), user_keys)
+        settings = with_settings_of_run(cfg, read_run_config(run), user_keys, run)
         cfg, from_run = settings.config, settings.taken
     tasks = plan_tasks(cfg)
     check_agent_names(user_cfg, tasks)  # not the run's own agent entries: they name the roles it trained

@@ -190,15 +190,19 @@ def test_check_env_takes_a_short_name_from_imported_modules(tmp_path, monkeypatc
     assert "no module named 'no_such_module'" in capsys.readouterr().err
 
 
-def test_the_command_makes_the_current_directory_importable(tmp_path, monkeypatch):
-    from pettingllms.cli import make_cwd_importable
+def test_the_current_directory_is_searched_only_for_a_module_the_user_names(tmp_path, monkeypatch):
+    from pettingllms.core.registry import import_module
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
-    make_cwd_importable()
+    assert main(["check-env", "toy_targets"]) == 0
+    assert str(tmp_path) not in sys.path, "a command that names no module of the user's must not search the cwd"
+    (tmp_path / "mine_here.py").write_text("VALUE = 7\n")
+    assert import_module("mine_here", "env.imports").VALUE == 7
     assert sys.path[-1] == str(tmp_path)
-    make_cwd_importable()
+    import_module("mine_here", "env.imports")
     assert sys.path.count(str(tmp_path)) == 1
+    sys.modules.pop("mine_here", None)
 
 
 def test_the_graph_section_builds_a_mixed_graph_in_code_and_from_the_config(monkeypatch, capsys):
