@@ -63,8 +63,8 @@ def build_env(cfg: Config) -> Env:
     check_options(env_cls, options, "env.options", elsewhere=_agent_option_keys(env_cls), reserved={
         "max_turns": f"set env.max_turns={options.get('max_turns')} instead (the run passes it to the env)"})
     what = f"env {cfg.env.name!r}" if ":" in cfg.env.name else f"env {cfg.env.name!r} ({env_cls.__name__})"
-    return construct(env_cls, what, f"env.max_turns={cfg.env.max_turns}, env.options={options}",
-                     max_turns=cfg.env.max_turns, **options)
+    turns = {"max_turns": cfg.env.max_turns} if cfg.env.max_turns > 0 else {}  # 0: the class's own default
+    return construct(env_cls, what, f"env.max_turns={cfg.env.max_turns}, env.options={options}", **turns, **options)
 
 
 def _agent_option_keys(env_cls: type) -> dict[str, list[str]]:
@@ -123,6 +123,7 @@ def executor_config_of(cfg: Config) -> ExecutorConfig:
         select=cfg.rollout.select,
         alpha=cfg.reward.alpha,
         non_finite=cfg.reward.non_finite,
+        playouts=cfg.rollout.playouts,
         max_prompt_length=cfg.training.max_prompt_length,
         max_response_length=cfg.training.max_response_length,
     )

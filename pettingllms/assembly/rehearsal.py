@@ -46,11 +46,11 @@ def step_overrides(cfg, engine: str, run_dir: Path) -> tuple[list[str], list[str
                        "float32 on CPU")
     overrides += [
         "resources.gpus_per_policy=0", f"training.max_response_length={RESPONSE_TOKENS}",
-        "training.train_batch_size=2", "rollout.branching=2", f"env.max_turns={min(cfg.env.max_turns, 2)}",
+        "training.train_batch_size=2", "rollout.branching=2", f"env.max_turns={min(cfg.env.max_turns or 2, 2)}",
         "training.total_training_steps=2", "training.save_freq=1", "training.val_before_train=false",
         "training.val_freq=0", "training.export_hf=false", "training.plot=false", "training.logger=[console]",
         f"training.log_dir={run_dir}", "training.resume=none", "training.stop_after_steps=1",
     ]
     changes.append(f"lengths and budget capped: {RESPONSE_TOKENS} response tokens, 2 problems x 2 branches, "
-                   f"{min(cfg.env.max_turns, 2)} turn(s), 2 steps (1, checkpoint, resume, 2)")
+                   f"{min(cfg.env.max_turns or 2, 2)} turn(s), 2 steps (1, checkpoint, resume, 2)")
     return overrides, changes

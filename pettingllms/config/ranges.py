@@ -88,10 +88,11 @@ RANGES: dict[str, Range] = {
     **{f"agents.<name>.{which}.{key}": r for which in ("train_sampling", "val_sampling") for key, r in _SAMPLING.items()},
     # env, rollout, reward
     "env.max_val_problems": at_least(0, "0 = every problem"),
-    "env.max_turns": at_least(1, "turns per episode"),
+    "env.max_turns": at_least(0, "0 = the env's own default"),
     "rollout.branching": at_least(2, "K candidates form one GRPO group; K=1 makes every group a singleton and "
                                      "nothing is learned"),
     "rollout.val_samples": at_least(1, "episodes per validation problem"),
+    "rollout.playouts": at_least(0, "0 = tree candidates never see a game's outcome"),
     "reward.alpha": at_least(0, "weight of the team reward"),
     # algorithm
     "algorithm.filter_ratio": Range(0, 1, "the fraction of groups dropped", high_open=True),

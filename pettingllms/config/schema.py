@@ -135,7 +135,7 @@ class EnvConfig(Freezable):
                                  "own test split when it has one")
     max_val_problems: int = setting(0, "validate on the first N problems of each benchmark; 0 = all (the env's own "
                                        "test split: 50)")
-    max_turns: int = setting(2, "turns per episode")
+    max_turns: int = setting(0, "turns per episode; 0 = the env's own default (its constructor's `max_turns`)")
     agents: Optional[List[str]] = setting(None, "the acting agents (L0: one), in the order of the graph; `null` = "
                                                 "all. The env's other agents do not act (the plan logs which). An "
                                                 "agent that is not the env's, or another order than the graph's, is "
@@ -165,6 +165,10 @@ class RolloutConfig(Freezable):
                                                   "(lowest index on ties), `sample` draws from a softmax over rewards "
                                                   "(seeded), `first` the first candidate")
     val_samples: int = setting(1, "independent episodes per validation problem")
+    playouts: int = setting(1, "tree mode, envs with an outcome (games): episodes played on from each candidate's "
+                               "state to the end by the current policies; the candidate's reward gains its agent's "
+                               "mean outcome over them ([games.md](games.md#outcome-credit)). 0: tree candidates "
+                               "never see the outcome")
 
 
 @dataclass

@@ -76,7 +76,7 @@ class Env(ABC):
     #: and values are never converted. Optional: None checks only what the domain's loader writes.
     problem_fields: ClassVar[Mapping[str, Any] | None] = None
 
-    def __init__(self, max_turns: int = 1, **options: Any) -> None:
+    def __init__(self, max_turns: int = 2, **options: Any) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.max_turns = max_turns
@@ -112,6 +112,26 @@ class Env(ABC):
         """A few problems for the conformance checker and smoke tests. Override in every env."""
         del n
         return [Problem("example-0")]
+
+    def acting_agents(self, state: Any) -> Sequence[str] | None:
+        """The agents that act next from ``state``, when the state decides: a game's player to move, a resubmit
+        after an invalid move, the starter of this hand. ``None`` (the default): ``graph`` decides, its stages for
+        the turn. An env that names the acting agents runs one stage per turn: a "turn" is then one decision point
+        (every named agent acts once, from the same state), ``max_turns`` bounds an episode's decision points, and
+        the group key (problem, turn, agent) counts decision points. Agents not named generate nothing."""
+        del state
+        return None
+
+    def outcome(self, state: Any) -> Mapping[str, float] | None:
+        """Every agent's final result (a game's per-seat returns: win 1, loss -1, draw 0; chips won; zero-sum or
+        not), read on an episode's final state whichever agent moved last, terminated or truncated. ``None`` (the
+        default): the env has none, and rewards are ``team_reward`` and each agent's ``local_reward`` only.
+
+        It reaches every move of an agent: in tree mode each candidate is valued by playouts to the end
+        (``rollout.playouts``), in independent mode by its own episode's end, in trajectory mode it joins the
+        agent's return (docs/games.md)."""
+        del state
+        return None
 
     @staticmethod
     def describe(state: Any) -> str:

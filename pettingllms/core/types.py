@@ -152,3 +152,4 @@ class EpisodeRecord:
     error: str | None = None
     transcript: list[dict[str, Any]] = field(default_factory=list)
     nonfinite_rewards: int = 0  # NaN or infinite rewards met and dropped (reward.non_finite=drop)
+    outcomes: dict[str, float] = field(default_factory=dict)  # Env.outcome of the final state, per agent (games)

@@ -24,6 +24,20 @@ count each episode once. Validation always uses independent mode.
 An episode keeps its scored nodes and makes its samples when it ends, each once, final: the mode decides their
 group key and reward there (``_samples``), since a trajectory sample's return is known only then.
 
+Who acts: the graph's stages, or the env itself (``Env.acting_agents(state)``, games): then a turn is one stage,
+the agents the state names (``_stages``).
+
+A game's result (``Env.outcome(final state)``, per agent) reaches every move of the agent (``docs/games.md``):
+- tree mode: each candidate is valued by ``rollout.playouts`` playouts from its own state to the end, played by
+  the current policies with their training sampling (one sample per decision; nothing of a playout is trained):
+  its reward is its immediate reward plus its agent's mean outcome over them, and selection reads that value, so a
+  move that sets up the opponent's win scores below one that does not;
+- independent mode: a candidate's own episode is its playout: its reward gains its agent's outcome there;
+- trajectory mode: the outcome joins each agent's return.
+An env that has no ``outcome`` but whose agent's local reward changes through another agent's last move (a game
+wrapper returning the loser's -1 from ``local_reward``) would lose that change: the run stops there, naming the
+agent and the fix (``_check_final_locals``).
+
 Every reward is read in one place, ``_rewards`` (a candidate's team and local reward, and an episode's final team
 reward): a NaN or infinite value stops the run there, naming the env, agent, turn, problem and output
 (``reward.non_finite=error``), or is dropped (``drop``): the candidate is never selected, and its sample is marked
@@ -93,6 +107,7 @@ class ExecutorConfig:
     max_prompt_length: int  # training.max_prompt_length
     max_response_length: int  # training.max_response_length
     non_finite: str  # reward.non_finite: error (stop the run) | drop (out of groups and selection)
+    playouts: int  # rollout.playouts: playouts valuing each tree candidate, for envs with an outcome
 
     @property
     def advantage_unit(self) -> str:
@@ -107,6 +122,8 @@ class ExecutorConfig:
             raise ConfigError(f"rollout.select must be one of {SELECTIONS}, got {self.select!r}")
         if self.branching < 1:
             raise ConfigError(f"rollout.branching (K) must be >= 1, got {self.branching}")
+        if self.playouts < 0:
+            raise ConfigError(f"rollout.playouts must be >= 0, got {self.playouts}")
         if self.non_finite not in NON_FINITE:
             raise ConfigError(f"reward.non_finite must be one of {NON_FINITE}, got {self.non_finite!r}")
 
@@ -125,11 +142,12 @@ class _Candidate:
     transition: Transition | None = None  # None: failed generation, never stepped
     team: float = 0.0
     local: float = 0.0
+    outcome: float = 0.0  # tree mode: its agent's mean outcome over the playouts from its state (games)
     nonfinite: bool = False  # its reward was NaN or infinite and reward.non_finite=drop: never selected
 
     @property
     def reward(self) -> float:
-        return self.team + self.local  # team already carries alpha
+        return self.team + self.local + self.outcome  # team already carries alpha
 
     @property
     def failed(self) -> bool:
@@ -151,6 +169,7 @@ class _Node:
     candidates: list[_Candidate]
     temperature: float = 1.0  # what the candidates were sampled with
     chosen: int | None = None
+    next_position: tuple[int, int] = (0, 0)  # (turn, stage index) where play goes on after this node
 
 
 @dataclass
@@ -242,9 +261,11 @@ class Executor:
         turn = 0
         dropped = 0  # non-finite rewards met and dropped in this episode
         for turn in range(self.env.max_turns):
-            for stage in self.env.graph.stages(turn):
+            stages = self._stages(state, turn, problem)
+            for index, stage in enumerate(stages):
                 try:
-                    nodes = await self._expand(batcher, state, turn, stage, episode, problem, k, validation)
+                    nodes = await self._expand(batcher, state, turn, stage, episode, problem, k, validation,
+                                               next_position=_after(turn, index, stages, self._acting))
                 except PromptTooLongError as exc:
                     if turn == 0:
                         raise  # the task itself does not fit: a data or config problem
@@ -272,6 +293,9 @@ class Executor:
         if final_dropped:
             dropped += 1
             error = "; ".join(filter(None, [error, "the final team reward was non-finite (dropped, reads 0)"]))
+        outcomes = self._outcome(state, problem, f"the end of episode {episode}")
+        if outcomes is None:
+            self._check_final_locals(state, scored, problem, episode)
         record = EpisodeRecord(
             episode=episode,
             problem_id=problem.problem_id,
@@ -284,10 +308,141 @@ class Executor:
             error=error,
             transcript=transcript,
             nonfinite_rewards=dropped,
+            outcomes=dict(outcomes or {}),
         )
-        returns = _episode_returns(scored, self.config.alpha * team_reward, final_dropped) if by_return else None
-        samples = [s for node in scored for s in self._samples(node, slot, episode, problem, returns)]
+        returns = (_episode_returns(scored, self.config.alpha * team_reward, final_dropped, outcomes or {})
+                   if by_return else None)
+        # independent episodes: each candidate's own episode is its playout (tree candidates carry theirs already)
+        independent = not by_return and (validation or self.config.mode != "tree")
+        bonus = outcomes if independent else None
+        samples = [s for node in scored for s in self._samples(node, slot, episode, problem, returns, bonus)]
         return _EpisodeOutput(samples, record)
+
+    # ----------------------------------------------------------------------------------------------- games
+    @property
+    def _acting(self) -> bool:
+        return type(self.env).acting_agents is not Env.acting_agents
+
+    @property
+    def _has_outcome(self) -> bool:
+        return type(self.env).outcome is not Env.outcome
+
+    def _stages(self, state: Any, turn: int, problem: Problem) -> list[tuple[str, ...]]:
+        """The stages of ``turn`` from ``state``: the env's acting agents as one stage, or the graph's stages."""
+        if not self._acting:
+            return [tuple(stage) for stage in self.env.graph.stages(turn)]
+        with self._clock.part(ENV):
+            named = self.env.acting_agents(state)
+        where = f"{type(self.env).__name__}.acting_agents on problem {problem.problem_id!r}, turn {turn}"
+        if named is None:
+            raise EnvError(f"{where} returned None: an env that names its acting agents names them on every state "
+                           f"an episode reaches (end the episode with terminated=True instead)")
+        names = tuple(named) if not isinstance(named, str) else (named,)
+        unknown = [a for a in names if a not in self.agents]
+        if not names or unknown or len(set(names)) != len(names):
+            problem_text = (f"names {unknown}, which do not act in this run (acting: {sorted(self.agents)}; "
+                            f"env.agents may leave them out)" if unknown else
+                            f"returned {list(names)}: name each acting agent once, at least one")
+            raise EnvError(f"{where} {problem_text}")
+        return [names]
+
+    async def _value_by_playouts(self, batcher: RequestBatcher, node: _Node, episode: str, problem: Problem) -> None:
+        """Tree mode, env with an outcome: each selectable candidate's ``outcome`` is its agent's mean outcome over
+        ``playouts`` episodes continued from its state to the end (its own terminal state: that outcome, once)."""
+        jobs, owners = [], []
+        for index, c in enumerate(node.candidates):
+            if not c.selectable:
+                continue
+            done = c.transition.terminated or c.transition.truncated
+            for j in range(1 if done else self.config.playouts):
+                tag = f"{episode}/t{node.turn:03d}/{node.agent}/k{index}/playout{j}"
+                jobs.append(c.transition.state if done else
+                            self._playout(batcher, c.transition.state, node.next_position, tag, problem))
+                owners.append(c)
+        finals = await asyncio.gather(*(j if asyncio.iscoroutine(j) else _ready(j) for j in jobs))
+        values: dict[int, list[float]] = {}
+        for c, final in zip(owners, finals):
+            outcomes = self._outcome(final, problem, f"a playout after agent {node.agent!r}'s turn {node.turn}")
+            values.setdefault(id(c), []).append(outcomes.get(node.agent, 0.0) if outcomes else 0.0)
+        for c in node.candidates:
+            if id(c) in values:
+                c.outcome = sum(values[id(c)]) / len(values[id(c)])
+
+    async def _playout(self, batcher: RequestBatcher, state: Any, position: tuple[int, int], tag: str,
+                       problem: Problem) -> Any:
+        """The final state of one episode played on from ``state`` at ``position`` (turn, stage) by the current
+        policies, one sample per decision with each agent's training sampling; ends early where the real episode
+        would (a prompt grown too long, every candidate failed)."""
+        turn, start = position
+        while turn < self.env.max_turns:
+            stages = self._stages(state, turn, problem)
+            for stage in stages[start:]:
+                try:
+                    nodes = await self._expand(batcher, state, turn, stage, tag, problem, 1, False, playout=True)
+                except PromptTooLongError:
+                    return state
+                for node in nodes:
+                    node.chosen = self._select(node, 0, turn)
+                if any(node.chosen is None for node in nodes):
+                    return state
+                state, terminated, truncated = self._apply(state, nodes, problem, turn)
+                if terminated or truncated:
+                    return state
+            turn, start = turn + 1, 0
+        return state
+
+    def _outcome(self, state: Any, problem: Problem, context: str) -> dict[str, float] | None:
+        """``env.outcome(state)`` checked: a mapping of known agents to finite numbers (non-finite values follow
+        reward.non_finite: an error, or 0 and counted), or None for envs without one."""
+        if not self._has_outcome:
+            return None
+        where = f"{type(self.env).__name__}.outcome on problem {problem.problem_id!r}, {context}"
+        with self._clock.part(ENV):
+            raw = self.env.outcome(state)
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            raise EnvError(f"{where} returned {type(raw).__name__}; return {{agent: result}} or None")
+        unknown = sorted(set(map(str, raw)) - set(self.env.graph.agents))
+        if unknown:
+            raise EnvError(f"{where} names {unknown}, not agents of the env ({list(self.env.graph.agents)})")
+        out = {}
+        for agent, value in raw.items():
+            value = _number(value, f"outcome[{agent!r}]", where)
+            if not math.isfinite(value):
+                if self.config.non_finite == "error":
+                    raise EnvError(f"non-finite outcome[{agent!r}]={value!r} ({where}); outcomes must be finite")
+                self._dropped.append(f"outcome[{agent!r}]={value!r} ({where})")
+                value = 0.0
+            out[str(agent)] = value
+        return out
+
+    def _check_final_locals(self, state: Any, scored: Sequence[_Node], problem: Problem, episode: str) -> None:
+        """Refuse an env without ``outcome`` where another agent's last move changed an agent's local reward: the
+        run reads an agent's local reward on the states its own moves produce, so that change (a game's loss
+        returned from ``local_reward``) would be lost."""
+        last: dict[str, _Candidate] = {}
+        for node in scored:
+            if node.chosen is not None:
+                last[node.agent] = node.candidates[node.chosen]
+        final_mover = scored[-1].agent if scored else None
+        for agent, chosen in last.items():
+            if agent == final_mover or chosen.nonfinite or chosen.transition is None:
+                continue
+            with self._clock.part(ENV):
+                now = self.agents[agent].agent.local_reward(state)
+            try:
+                changed = math.isfinite(float(now)) and abs(float(now) - chosen.local) > 1e-9
+            except (TypeError, ValueError):
+                changed = False
+            if changed:
+                env = type(self.env).__name__
+                raise EnvError(
+                    f"{env}: agent {agent!r}'s local_reward is {float(now)!r} on the final state of episode "
+                    f"{episode} (problem {problem.problem_id!r}) but was {chosen.local!r} on the state its own last "
+                    f"move produced; agent {final_mover!r} moved last. The run reads an agent's local reward only on "
+                    f"the states its own moves produce, so this change would be lost. Return every agent's final "
+                    f"result from {env}.outcome(state) instead (docs/games.md)")
 
     async def _expand(
         self,
@@ -299,8 +454,11 @@ class Executor:
         problem: Problem,
         k: int,
         validation: bool,
+        next_position: tuple[int, int] = (0, 0),
+        playout: bool = False,
     ) -> list[_Node]:
-        """Sample k candidates for every agent of the stage from ``state``, then step and score each one."""
+        """Sample k candidates for every agent of the stage from ``state``, then step and score each one; in tree mode
+        (not a playout) with an env that has an outcome, value each candidate by playouts from its state."""
         requests, nodes = [], []
         for name in stage:
             spec = self.agents[name]
@@ -312,10 +470,13 @@ class Executor:
             request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter,
                                         prefix_group=episode)
             requests.append((spec.policy, request))
-            nodes.append(_Node(name, turn, prompt_ids, messages, [], temperature=sampling.temperature))
+            nodes.append(_Node(name, turn, prompt_ids, messages, [], temperature=sampling.temperature,
+                               next_position=next_position))
         results = await batcher.generate_many(requests)
         for node, result in zip(nodes, results):
             node.candidates = await self._score(state, node.agent, result.completions, problem, turn)
+        if self._has_outcome and not playout and not validation and self.config.mode == "tree":
+            await asyncio.gather(*(self._value_by_playouts(batcher, node, episode, problem) for node in nodes))
         return nodes
 
     async def _score(
@@ -391,10 +552,13 @@ class Executor:
         return state, terminated, truncated
 
     def _samples(self, node: _Node, slot: int, episode: str, problem: Problem,
-                 returns: Mapping[str, float | None] | None) -> list[Sample]:
+                 returns: Mapping[str, float | None] | None, outcomes: Mapping[str, float] | None = None
+                 ) -> list[Sample]:
         """The node's samples, final. ``returns`` None (tree, independent): group (slot, turn, agent), each candidate
-        scored with its own reward. Trajectory mode (``returns``: each agent's episode return, None where undefined):
-        group (slot, WHOLE_EPISODE, agent), scored with the agent's return, or dropped with it."""
+        scored with its own reward (independent mode: plus its agent's entry of ``outcomes``, the episode's result).
+        Trajectory mode (``returns``: each agent's episode return, None where undefined): group
+        (slot, WHOLE_EPISODE, agent), scored with the agent's return, or dropped with it."""
+        bonus = (outcomes or {}).get(node.agent, 0.0)
         spec = self.agents[node.agent]
         if returns is None:
             group, episode_return = (slot, node.turn, node.agent), None
@@ -403,7 +567,7 @@ class Executor:
         out = []
         for k, c in enumerate(node.candidates):
             if returns is None or c.failed:
-                reward, nonfinite = (c.reward if c.selectable else 0.0), c.nonfinite
+                reward, nonfinite = (c.reward + bonus if c.selectable else 0.0), c.nonfinite
             else:  # a candidate with a non-finite reward leaves its agent's return undefined (_episode_returns)
                 reward, nonfinite = (0.0, True) if episode_return is None else (episode_return, False)
             out.append(
@@ -488,10 +652,24 @@ def _excerpt(text: str) -> str:
     return f"{text[:OUTPUT_EXCERPT]!r}... ({len(text)} chars)"
 
 
-def _episode_returns(nodes: Sequence[_Node], team: float, team_dropped: bool) -> dict[str, float | None]:
+async def _ready(value: Any) -> Any:
+    return value
+
+
+def _after(turn: int, index: int, stages: Sequence[Sequence[str]], acting: bool) -> tuple[int, int]:
+    """(turn, stage index) where play goes on after stage ``index`` of ``turn``: the next stage, or the next turn's
+    first (always, for an env that names its acting agents: each of its turns is one stage)."""
+    if acting or index + 1 >= len(stages):
+        return turn + 1, 0
+    return turn, index + 1
+
+
+def _episode_returns(nodes: Sequence[_Node], team: float, team_dropped: bool,
+                     outcomes: Mapping[str, float]) -> dict[str, float | None]:
     """Each agent's return over an episode's nodes: ``team`` (alpha * the final state's team reward) + the sum of its
-    local rewards. None (undefined) for an agent one of whose rewards, or for everyone when the final team reward,
-    was non-finite and dropped: all its samples of the episode are dropped with it. Failed generations add nothing."""
+    local rewards + its ``outcomes`` entry (a game's result). None (undefined) for an agent one of whose rewards, or
+    for everyone when the final team reward, was non-finite and dropped: all its samples of the episode are dropped
+    with it. Failed generations add nothing."""
     local: dict[str, float] = {}
     undefined: set[str] = set()
     for node in nodes:
@@ -500,7 +678,8 @@ def _episode_returns(nodes: Sequence[_Node], team: float, team_dropped: bool) ->
                 undefined.add(node.agent)
             if not c.failed:
                 local[node.agent] = local.get(node.agent, 0.0) + c.local
-    return {agent: None if agent in undefined else team + total for agent, total in local.items()}
+    return {agent: None if agent in undefined else team + total + outcomes.get(agent, 0.0)
+            for agent, total in local.items()}
 
 
 def _transcript_entry(node: _Node) -> dict[str, Any]:

@@ -4,6 +4,8 @@ Key scheme (the trainer adds the policy-level and validation prefixes around the
 - ``<policy>/<agent>/<metric>``: everything measured per agent (rewards, lengths, returns, per-turn rewards, and
   ``info/<name>_mean`` for each numeric value the env put in ``Transition.info``);
 - ``episode/<metric>``: team-level outcomes of the step's episodes (success, turns), which belong to no agent;
+- ``episode/<agent>/{win,draw,loss}_rate`` and ``outcome_mean``: per-seat results of envs with an outcome (games):
+  a positive outcome is a win, zero a draw, negative a loss;
 - ``<policy>/actor/...`` and ``<policy>/grpo/...``: one policy's update and grouping (added by the trainer);
 - ``val/<benchmark>/`` + any of the above: the same metrics on a validation benchmark.
 """
@@ -16,6 +18,7 @@ from statistics import fmean
 from typing import Iterable, Mapping, Sequence
 
 from pettingllms.core import EpisodeRecord, Sample
+from pettingllms.rollout.executor import WHOLE_EPISODE
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -28,7 +31,8 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
 
     ``episode_return_mean`` is the agent's summed reward along each episode's continued path (the chosen branch
     of every node), averaged over the episodes of ``samples``; an episode where the agent never acted counts 0
-    (the same quantity as ``EpisodeRecord.agent_rewards``, but namespaced by the agent's policy).
+    (the same quantity as ``EpisodeRecord.agent_rewards``, but namespaced by the agent's policy). In trajectory mode
+    every sample of an agent carries the episode's whole return, which is counted once.
     """
     by_agent: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     by_turn: dict[tuple[str, str, int], list[Sample]] = defaultdict(list)
@@ -51,7 +55,9 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         out[f"{key}/samples"] = float(len(rows))
         returns: dict[str, float] = defaultdict(float)
         for s in ok:
-            if s.chosen:
+            if s.group[1] == WHOLE_EPISODE:  # trajectory mode: every sample carries the whole return; count it once
+                returns[s.episode] = s.reward
+            elif s.chosen:
                 returns[s.episode] += s.reward
         out[f"{key}/episode_return_mean"] = _mean(returns.get(e, 0.0) for e in episodes)
         out.update(info_metrics(ok, f"{key}/info"))
@@ -83,7 +89,24 @@ def episode_metrics(episodes: Sequence[EpisodeRecord], prefix: str = "episode") 
         f"{prefix}/terminated_ratio": _mean(float(e.terminated) for e in episodes),
         f"{prefix}/error_ratio": _mean(float(e.error is not None) for e in episodes),
         f"{prefix}/nonfinite_rewards": float(sum(e.nonfinite_rewards for e in episodes)),
+        **seat_results(episodes, prefix),
     }
+
+
+def seat_results(episodes: Sequence[EpisodeRecord], prefix: str = "episode") -> dict[str, float]:
+    """Per seat, over the episodes whose env reported an outcome: ``<prefix>/<agent>/win_rate`` (outcome > 0),
+    ``draw_rate`` (= 0), ``loss_rate`` (< 0) and ``outcome_mean``. Empty for envs without outcomes."""
+    by_agent: dict[str, list[float]] = defaultdict(list)
+    for e in episodes:
+        for agent, value in e.outcomes.items():
+            by_agent[agent].append(value)
+    out: dict[str, float] = {}
+    for agent, values in sorted(by_agent.items()):
+        out[f"{prefix}/{agent}/win_rate"] = _mean(float(v > 0) for v in values)
+        out[f"{prefix}/{agent}/draw_rate"] = _mean(float(v == 0) for v in values)
+        out[f"{prefix}/{agent}/loss_rate"] = _mean(float(v < 0) for v in values)
+        out[f"{prefix}/{agent}/outcome_mean"] = _mean(values)
+    return out
 
 
 def episode_errors(episodes: Sequence[EpisodeRecord]) -> str | None:

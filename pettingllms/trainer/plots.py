@@ -38,6 +38,7 @@ class Panel:
     train: str  # regex over summary keys: drawn as lines
     validation: str | None = None  # regex over summary keys: drawn as points
     stacked: bool = False  # the training keys are stacked bars per step in ``STACK_ORDER``, not lines
+    optional: bool = False  # drawn only when the run has its keys (games' seats)
 
 
 REWARD = Panel("reward per policy/agent", "mean reward", *_per_agent("reward_mean"))
@@ -50,7 +51,10 @@ KL = Panel("KL per policy", "KL", rf"^{_NOT_AGENT}{_NAME}/actor/(?:kl|ppo_kl)$")
 STACK_ORDER = BREAKDOWN_KEYS
 STEP_TIME = Panel("step time by part", "seconds", "^(?:" + "|".join(re.escape(k) for k in STACK_ORDER) + ")$",
                   stacked=True)
-PANELS = (REWARD, SUCCESS, EPISODE_LENGTH, RESPONSE_LENGTH, KL, STEP_TIME)
+# Games: each seat's win rate (episode/<agent>/win_rate; val/<benchmark>/<agent>/win_rate).
+WIN_RATE = Panel("win rate per seat (games)", "fraction of games", rf"^episode/{_NAME}/win_rate$",
+                 rf"^val/{_NAME}/{_NAME}/win_rate$", optional=True)
+PANELS = (REWARD, SUCCESS, WIN_RATE, EPISODE_LENGTH, RESPONSE_LENGTH, KL, STEP_TIME)
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -140,10 +144,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> PlotResult:
     out = Path(out) if out else run_dir / "curves.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     result = PlotResult(out)
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(9, 3 * len(PANELS)), sharex=True)
+    panels = [p for p in PANELS if not p.optional or any(chosen[p.title])]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3 * len(panels)), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     try:
-        for ax, panel in zip(axes, PANELS):
+        for ax, panel in zip(axes, panels):
             train, validation = chosen[panel.title]
             # A policy/agent keeps one colour for its training line and its validation points; benchmarks differ
             # by marker.

@@ -30,6 +30,9 @@ class StepProgress:
         reward = sum(rewards) / len(rewards) if rewards else float("nan")
         parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
         parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
+        parts += [f"{k.split('/')[1]} W/D/L {v:.2f}/{metrics[k[:-8] + 'draw_rate']:.2f}/"
+                  f"{metrics[k[:-8] + 'loss_rate']:.2f}" for k, v in metrics.items()
+                  if k.startswith("episode/") and k.endswith("/win_rate")]  # games: each seat's results
         timing = step_line(metrics)  # the step's seconds and where they went
         if timing is not None:
             parts.append(timing)

@@ -25,7 +25,7 @@ from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
-from pettingllms.core import ConfigError, Sample
+from pettingllms.core import ConfigError, Env, Sample
 from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
 from pettingllms.rollout.executor import Executor
@@ -33,6 +33,7 @@ from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer.cursor import DataCursor
 from pettingllms.trainer.metrics import episode_errors, episode_metrics, prefixed, sample_metrics
+from pettingllms.trainer.signal_watch import SignalWatch
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.step_timing import breakdown, measured_parts, slowest_update
 from pettingllms.trainer.run_dir import (
@@ -121,6 +122,8 @@ class Trainer:
         self._release.callback(self._shutdown_policies)
         clients = self.policies.clients()
         self.executor = Executor(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
+        self.signal_watch = SignalWatch(type(self.plan.env).outcome is not Env.outcome, cfg.rollout.playouts,
+                                        str(getattr(cfg.rollout.mode, "value", cfg.rollout.mode)))
         self.step_done = 0
         if resume_from is not None:
             self._resume(resume_from)
@@ -213,6 +216,8 @@ class Trainer:
         metrics["data/epoch"] = float(self.cursor.epoch)
         parts = {"generate": rollout.timings["generate_s"], "env": rollout.timings["env_s"], **slowest_update(updates)}
         metrics.update(breakdown(parts, time.perf_counter() - start))  # fit adds validation and the checkpoint
+        for warning in self.signal_watch.check(step, metrics, list(self.plan.policies)):
+            log.warning("%s", warning)
         return StepResult(step, metrics)
 
     def validate(self, step: int) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -57,8 +58,9 @@ def test_plot_draws_every_panel_per_policy_and_agent(tmp_path):
     assert result.path == tmp_path / "curves.png"
     width, height = png_size(result.path)
     assert width > 300 and height > 300
-    assert list(result.panels) == [p.title for p in PANELS]
-    reward, success, turns, length, kl, step_time = (result.panels[p.title] for p in PANELS)
+    drawn = [p for p in PANELS if not p.optional]  # a run without games draws no win-rate panel
+    assert list(result.panels) == [p.title for p in drawn]
+    reward, success, turns, length, kl, step_time = (result.panels[p.title] for p in drawn)
     assert reward == ["policy_0/alice/reward_mean", "policy_1/bob/reward_mean",
                       "val/procedural/policy_0/alice/reward_mean", "val/procedural/policy_1/bob/reward_mean"]
     assert success == ["episode/success_rate", "val/procedural/success_rate"]
@@ -90,3 +92,12 @@ def test_missing_or_empty_summary_is_a_clear_error(tmp_path):
         plot_run(run)
     with pytest.raises(DataError, match="run directories below it.*00-00-00"):  # pointed at the experiment dir
         plot_run(tmp_path / "exp")
+
+
+def test_a_games_run_draws_each_seats_win_rate(tmp_path):
+    rows = [{"step": s, "episode/success_rate": 0.5, "episode/first/win_rate": 0.25 * s,
+             "episode/second/win_rate": 1 - 0.25 * s, "val/procedural/first/win_rate": 0.3} for s in (1, 2)]
+    (tmp_path / "summary.log").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = plot_run(tmp_path)
+    assert result.panels["win rate per seat (games)"] == ["episode/first/win_rate", "episode/second/win_rate",
+                                                          "val/procedural/first/win_rate"]
