@@ -67,12 +67,20 @@ def check_env_command(argv: Sequence[str]) -> int:
     parser.add_argument("--all", action="store_true", help="check every registered environment")
     parser.add_argument("--imports", action="append", default=[], metavar="MODULE[,MODULE]",
                         help="modules to import first, so that they register their envs (like env.imports)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an env option, as env.options.KEY=VALUE in training (repeatable; values typed as in "
+                             "Hydra overrides: game=kuhn_poker, max_invalid=3)")
     parser.add_argument("--max-turns", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(_imports_override_as_flag(argv))
     modules = [m.strip() for value in args.imports for m in value.split(",") if m.strip()]
     try:
         import_modules(modules, "check-env --imports")
+    except PettingLLMsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        options = _env_options(args.option)
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -83,7 +91,8 @@ def check_env_command(argv: Sequence[str]) -> int:
     for name in names:
         try:
             env_cls = find_env_class(name, modules, named="{!r}", import_with="--imports {}")
-            env = env_cls(max_turns=args.max_turns) if args.max_turns else env_cls()
+            turns = {"max_turns": args.max_turns} if args.max_turns else {}
+            env = env_cls(**turns, **options)
             report = check_env(env, seed=args.seed, name=name)
             print(report.format())
             ok = report.ok
@@ -98,11 +107,28 @@ def check_env_command(argv: Sequence[str]) -> int:
     return 0
 
 
+def _env_options(pairs: Sequence[str]) -> dict:
+    """``["game=kuhn_poker", "max_invalid=3"]`` -> ``{"game": "kuhn_poker", "max_invalid": 3}``, typed by Hydra's
+    override grammar as ``env.options.<key>=<value>`` would be in training."""
+    from pettingllms.config.load import parse_overrides
+    from pettingllms.core.errors import ConfigError
+
+    options = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--option {pair!r}: give KEY=VALUE, e.g. --option game=tic_tac_toe")
+        (override,) = parse_overrides([pair])
+        options[override.key_or_group] = override.value()
+    return options
+
+
 def _imports_override_as_flag(argv: Sequence[str]) -> list[str]:
-    """``env.imports=[a,b]`` (the training key, pasted) -> ``--imports a,b``."""
+    """``env.imports=[a,b]`` (the training key, pasted) -> ``--imports a,b``; ``env.options.k=v`` -> ``--option k=v``."""
     out = []
     for arg in argv:
-        if arg.startswith(("env.imports=", "+env.imports=", "++env.imports=")):
+        if arg.startswith(("env.options.", "+env.options.", "++env.options.")):
+            out += ["--option", arg.split("env.options.", 1)[1]]
+        elif arg.startswith(("env.imports=", "+env.imports=", "++env.imports=")):
             out += ["--imports", arg.split("=", 1)[1].strip("[]").replace(" ", "")]
         else:
             out.append(arg)

@@ -1,9 +1,14 @@
 """Conformance checker for environments (``pettingllms check-env NAME``), in the spirit of Gymnasium's.
 
 It checks what tree sampling relies on: the reset/step signatures, determinism under a seed, a pure ``step``
-whose branches share no mutable object, termination within ``max_turns``, rewards that are finite numbers,
-and agent parsers and observers that survive arbitrary text. Rewards are checked where a fresh model takes them:
-from the states an episode reaches, every agent's parse, step and rewards on adversarial outputs.
+whose branches share no mutable object (also when stepped from many threads at once, as the executor does: a
+library that draws from a global random generator fails here), termination within ``max_turns``, rewards that are
+finite numbers, and agent parsers and observers that survive arbitrary text. Rewards are checked where a fresh
+model takes them: from the states an episode reaches, every agent's parse, step and rewards on adversarial outputs.
+For envs that name their acting agents (games), only the agents the state names act, and the names must be the
+env's agents; at the end of an episode every agent's result must arrive: ``outcome`` a mapping of the env's agents
+to finite numbers, or, for an env without one, no agent's local reward changed by another agent's last move (the
+run would lose it).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import inspect
 import math
 import numbers
 import random
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -171,10 +178,16 @@ def check_env(
                     return f"agent {role!r}.observe returned a malformed message {m!r:.200}"
         return None
 
+    @add("acting agents are the env's")
+    def _() -> str | None:
+        return _check_acting(env, state_cache["s0"])
+
     @add("step is pure and deterministic")
     def _() -> str | None:
         s0 = state_cache["s0"]
         for role, agent in agents.items():
+            if role not in _first_stage(env, s0):
+                continue  # a game's seats that are not to move are never stepped
             for text in GARBAGE_RESPONSES[:8]:
                 action = agent.parse(text)
                 before = copy.deepcopy(s0)
@@ -196,7 +209,7 @@ def check_env(
     @add("no aliasing between branches")
     def _() -> str | None:
         s0 = state_cache["s0"]
-        role = env.graph.agents[0]
+        role = _first_stage(env, s0)[0]
         agent = agents[role]
         a = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[3])).state
         b = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[4])).state
@@ -204,6 +217,29 @@ def check_env(
             shared = _mutable_ids(x) & _mutable_ids(y)
             if shared:
                 return f"{label} share {len(shared)} mutable object(s); return new immutable states from step"
+        return None
+
+    @add("forks are independent across threads")
+    def _() -> str | None:
+        s0 = state_cache["s0"]
+        role = _first_stage(env, s0)[0]
+        texts = [GARBAGE_RESPONSES[i % 8] for i in range(16)]
+        alone = [env.step(s0, role, agents[role].parse(t)).state for t in texts]
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show in a few calls
+        try:
+            with ThreadPoolExecutor(8) as pool:  # the executor steps branches in threads, concurrently
+                together = list(pool.map(lambda t: env.step(s0, role, agents[role].parse(t)).state, texts))
+                resets = list(pool.map(lambda _: env.reset(problems[0], seed), range(8)))
+        finally:
+            sys.setswitchinterval(interval)
+        for text, a, b in zip(texts, alone, together):
+            if not _same(a, b):
+                return (f"step({role!r}, {text!r}) from one state gave {_short(b)} in a thread beside others but "
+                        f"{_short(a)} alone: steps must not share state (a library's global random generator, a "
+                        f"cached game object)")
+        if not all(_same(r, s0) for r in resets):
+            return "reset gave different states when called from several threads at once"
         return None
 
     @add("rewards are finite")
@@ -228,7 +264,7 @@ def check_env(
             state, steps = env.reset(problems[0], seed + i), 0
             for turn in range(env.max_turns):
                 done = False
-                for stage in env.graph.stages(turn):
+                for stage in _stages(env, state, turn):
                     for role in stage:
                         t = env.step(state, role, agents[role].parse(text))
                         state, steps = t.state, steps + 1
@@ -242,6 +278,15 @@ def check_env(
             budget = env.max_turns * len(env.graph.agents)
             if steps > budget:
                 return f"took {steps} steps, more than max_turns x agents = {budget}"
+        return None
+
+    @add("every agent's result arrives")
+    def _() -> str | None:
+        for i, text in enumerate(GARBAGE_RESPONSES[:6] + tuple(random_responses(4, seed))):
+            problem = problems[i % len(problems)]
+            failure = _check_results(env, agents, problem, seed + i, text)
+            if failure:
+                return failure
         return None
 
     for check_name, fn in checks:
@@ -262,7 +307,7 @@ def _drive_adversarially(env: Env, agents: dict[str, Agent], problem: Problem, s
     with each agent's best-rewarded output, as greedy tree sampling would. Returns the first failure, or None."""
     state = env.reset(problem, seed)
     for turn in range(min(env.max_turns, DRIVEN_TURNS)):
-        for stage in env.graph.stages(turn):
+        for stage in _stages(env, state, turn):
             best: dict[str, tuple[float, Any, Transition]] = {}
             for role in stage:
                 agent = agents[role]
@@ -301,6 +346,83 @@ def _apply_stage(env: Env, stage: Sequence[str], chosen: dict[str, tuple[float, 
             break
         step = env.step(step.state, role, chosen[role][1])
     return step.state, step.terminated or step.truncated
+
+
+def _acts(env: Env) -> bool:
+    return type(env).acting_agents is not Env.acting_agents
+
+
+def _stages(env: Env, state: Any, turn: int) -> list[tuple[str, ...]]:
+    """The stages of ``turn`` as the executor runs them: the env's acting agents, or the graph's stages."""
+    if not _acts(env):
+        return [tuple(stage) for stage in env.graph.stages(turn)]
+    named = env.acting_agents(state)
+    return [tuple(named)] if named else []
+
+
+def _first_stage(env: Env, state: Any) -> tuple[str, ...]:
+    stages = _stages(env, state, 0)
+    return stages[0] if stages else tuple(env.graph.agents[:1])
+
+
+def _check_acting(env: Env, state: Any) -> str | None:
+    if not _acts(env):
+        return None
+    named = env.acting_agents(state)
+    if named is None or isinstance(named, str) or not named:
+        return (f"acting_agents(initial state) returned {named!r}: name the agents to act as a tuple, e.g. "
+                f"({env.graph.agents[0]!r},)")
+    unknown = [a for a in named if a not in env.graph.agents]
+    if unknown:
+        return f"acting_agents names {unknown}, which are not in graph.agents {list(env.graph.agents)}"
+    if tuple(env.acting_agents(state)) != tuple(named):
+        return "acting_agents gave different agents for the same state"
+    return None
+
+
+def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str) -> str | None:
+    """Play one episode with every agent answering ``text``; at its end, every agent's result must reach it."""
+    state, last_local, last_mover, done = env.reset(problem, seed), {}, None, False
+    for turn in range(env.max_turns):
+        for stage in _stages(env, state, turn):
+            for role in stage:
+                step = env.step(state, role, agents[role].parse(text))
+                state, last_mover = step.state, role
+                last_local[role] = agents[role].local_reward(state)
+                done = step.terminated or step.truncated
+                if done:
+                    break
+            if done:
+                break
+        if done:
+            break
+    if _acts(env) and not done:
+        stages = _stages(env, state, 0)
+        for role in stages[0] if stages else ():
+            if role not in env.graph.agents:
+                return f"acting_agents names {role!r}, not in graph.agents {list(env.graph.agents)}"
+    where = f"problem {problem.problem_id!r}, every agent answering {_short(text)}"
+    if type(env).outcome is not Env.outcome:
+        outcome = env.outcome(state)
+        if outcome is None:
+            return None
+        if not isinstance(outcome, dict) and not hasattr(outcome, "items"):
+            return f"outcome returned {type(outcome).__name__}, expected {{agent: result}} ({where})"
+        unknown = [a for a in outcome if a not in env.graph.agents]
+        if unknown:
+            return f"outcome names {unknown}, not agents of the env {list(env.graph.agents)} ({where})"
+        bad = {a: v for a, v in outcome.items() if not _finite_number(v)}
+        return f"outcome values must be finite numbers, got {bad} ({where})" if bad else None
+    for role, before in last_local.items():
+        if role == last_mover:
+            continue
+        now = agents[role].local_reward(state)
+        if _finite_number(now) and _finite_number(before) and abs(now - before) > 1e-9:
+            return (f"agent {role!r}'s local_reward went from {before!r} to {now!r} through agent {last_mover!r}'s "
+                    f"last move ({where}): the run reads an agent's local reward only on the states its own moves "
+                    f"produce, so that result would be lost; return every agent's final result from "
+                    f"{type(env).__name__}.outcome(state) (docs/games.md)")
+    return None
 
 
 def _finite_number(value: Any) -> bool:

@@ -27,3 +27,8 @@ register_env("vault", "pettingllms.envs.vault.env:VaultEnv")
 register_agent("vault.reader", "pettingllms.envs.vault.env:Reader")
 register_agent("vault.opener", "pettingllms.envs.vault.env:Opener")
 register_agent("vault.solo", "pettingllms.envs.vault.env:Solo")
+
+# Games of the libraries users already have: the optional `games` extra (open-spiel, textarena).
+register_env("openspiel", "pettingllms.envs.openspiel_game.env:OpenSpielEnv")
+register_env("textarena", "pettingllms.envs.textarena_game.env:TextArenaEnv")
+register_agent("games.seat", "pettingllms.envs.seats:SeatAgent")

@@ -14,6 +14,8 @@ Definitions (docs/evaluation.md):
 
 from __future__ import annotations
 
+import math
+
 from collections import defaultdict
 from statistics import fmean
 from typing import Any, Iterable, Mapping, Sequence
@@ -62,6 +64,7 @@ def sample_record(
         "truncated": bool(episode.truncated),
         "error": episode.error,
         "success_by_turn": None if trace is None else success_by_turn(episode.transcript, trace, max_turns),
+        "outcomes": dict(episode.outcomes),  # games: each seat's result (Env.outcome of the final state)
         "steps": steps,
     }
 
@@ -99,7 +102,40 @@ def benchmark_summary(records: Sequence[Mapping[str, Any]], ks: Sequence[int], m
         "success_by_turn": {str(t): _mean(float(row[t]) for row in traced) for t in range(max_turns)} if traced else {},
         "agents": agent_summary(steps),
     }
+    seats = seat_summary(s.get("outcomes") or {} for s in samples)
+    if seats:
+        summary["seats"] = seats
     return summary
+
+
+def seat_summary(outcomes: Iterable[Mapping[str, float]]) -> dict[str, dict[str, Any]]:
+    """Games: per seat, the games it has a result in, its win (> 0), draw (= 0) and loss (< 0) rates, each with a
+    95% Wilson interval ``[low, high]``, and its mean outcome."""
+    by_seat: dict[str, list[float]] = defaultdict(list)
+    for row in outcomes:
+        for seat, value in row.items():
+            by_seat[seat].append(float(value))
+    out: dict[str, dict[str, Any]] = {}
+    for seat, values in sorted(by_seat.items()):
+        n = len(values)
+        entry: dict[str, Any] = {"games": n}
+        for name, count in (("win", sum(v > 0 for v in values)), ("draw", sum(v == 0 for v in values)),
+                            ("loss", sum(v < 0 for v in values))):
+            entry[f"{name}_rate"] = count / n
+            entry[f"{name}_ci95"] = list(wilson_interval(count, n))
+        entry["outcome_mean"] = fmean(values)
+        out[seat] = entry
+    return out
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (95% for the default ``z``); (0, 1) when ``n`` is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def agent_summary(steps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 SUMMARY_FILE = "summary.json"
+SHOWN_TURNS = 6  # "solved by turn" columns on the console
 
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
@@ -42,7 +43,9 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
     for column in ("actions", "solved", "reward", "local", "tokens"):
         agents.add_column(column, justify="right")
     for key, b in summary["benchmarks"].items():
-        by_turn = " ".join(_pct(v) for v in b["success_by_turn"].values()) or "-"
+        by_turn = list(b["success_by_turn"].values())
+        by_turn = " ".join(_pct(v) for v in by_turn[:SHOWN_TURNS]) + (" ..." if len(by_turn) > SHOWN_TURNS else "") \
+            if by_turn else "-"  # a game's 30 turns would not fit a terminal: summary.json has them all
         headline.add_row(key, str(b["problems"]), *[_pct(b[f"pass@{k}"]) for k in ks], by_turn,
                          _num(b["turns_mean"]), _pct(b["failed_generation_ratio"]))
         for agent, a in b["agents"].items():
@@ -50,7 +53,21 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
                            _num(a["local_reward_mean"]), _num(a["response_tokens_mean"], 1))
     console.print(headline)
     console.print(agents)
+    seats = [(key, seat, r) for key, b in summary["benchmarks"].items() for seat, r in b.get("seats", {}).items()]
+    if seats:  # games: each seat's results with 95% Wilson intervals
+        table = Table(title="per seat (games): win / draw / loss, 95% interval")
+        for column in ("benchmark", "seat", "games", "win", "draw", "loss", "outcome"):
+            table.add_column(column, justify="left" if column in ("benchmark", "seat") else "right")
+        for key, seat, r in seats:
+            table.add_row(key, seat, str(r["games"]), *[_rate(r, name) for name in ("win", "draw", "loss")],
+                          _num(r["outcome_mean"]))
+        console.print(table)
     console.print(f"records and {SUMMARY_FILE}: {summary['run_dir']}")
+
+
+def _rate(row: Mapping[str, Any], name: str) -> str:
+    low, high = row[f"{name}_ci95"]
+    return f"{100 * row[f'{name}_rate']:.0f}% [{100 * low:.0f}, {100 * high:.0f}]"
 
 
 def _pct(value: float | None) -> str:

@@ -1,0 +1,231 @@
+"""``openspiel``: a sequential OpenSpiel game played by LLM seats (``pip install 'pettingllms[games]'``).
+
+    env.name=openspiel env.options.game=tic_tac_toe                      # self-play: player_0 vs player_1
+    env.name=openspiel env.options.game=kuhn_poker env.options.opponent=random   # one agent vs a uniform player
+
+- **State**: the library's action history (chance outcomes included), replayed on a fresh ``new_initial_state()``
+  at each step: a pure transition whose forks share nothing, exact as the library's ``clone()``. Chance outcomes
+  are drawn from the library's ``chance_outcomes()`` with a generator seeded by (problem seed, episode seed,
+  position), so a problem replays identically.
+- **Who acts**: the library's ``current_player()`` (``Env.acting_agents``); seats are ``player_<i>``.
+- **Prompt**: the library's observation string for the seat to move (its information state where the game has no
+  observation string), the legal moves as ``action_to_string`` writes them, and why the last attempt was refused.
+- **Moves**: a response naming exactly one legal move, or ending with one (the last legal move's text it contains);
+  anything else is invalid: the seat moves again, and its ``max_invalid``-th invalid move in a row forfeits.
+- **Outcome** (``Env.outcome``): the library's ``returns()``; a forfeit scores -1 for the seat that forfeited and
+  +1/(n-1) for each other seat; a game cut by ``max_turns`` scores 0 for everyone.
+- **Opponents**: ``opponent=self`` (default) seats an agent per player; ``random`` (uniform over legal moves) or
+  ``mcts`` (the library's ``MCTSBot`` with random rollouts, ``mcts_simulations`` each move) seats one agent,
+  ``player``, which holds seat ``problem seed mod players``: seats alternate across problems. ``success`` is then a
+  win of ``player``; in self-play a game played to its end without a forfeit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+
+TEST_SEED_OFFSET = 10**9
+OPPONENTS = ("self", "random", "mcts")
+TRAINED = "player"  # the one agent when the other seats are played by a fixed opponent
+
+
+def import_pyspiel():
+    try:
+        import pyspiel
+    except ImportError as exc:
+        raise ConfigError("env 'openspiel' needs OpenSpiel: pip install 'pettingllms[games]' (open-spiel)") from exc
+    return pyspiel
+
+
+@dataclass(frozen=True)
+class SpielState:
+    game_seed: str  # seeds chance outcomes and the opponent: "<problem seed>/<episode seed>"
+    history: tuple[int, ...]  # every action of the game so far, chance outcomes and the opponent's moves included
+    seat: int | None  # the seat ``player`` holds against a fixed opponent; None in self-play
+    to_move: int  # the library's player to move; negative once the game is over
+    prompt: str  # what the seat to move sees
+    legal: tuple[str, ...]  # its legal moves as the library writes them
+    invalid: int = 0  # invalid moves in a row by the seat to move
+    forfeit: int | None = None  # the seat whose invalid moves ended the game
+    returns: tuple[float, ...] = ()  # the library's returns once the game is over
+
+
+class OpenSpielEnv(Env):
+    graph = AgentGraph.sequential(["player_0", "player_1"])
+    agent_classes = {"player_0": "games.seat", "player_1": "games.seat"}
+    known_options = ()
+
+    def __init__(self, max_turns: int = 30, game: str = "tic_tac_toe", opponent: str = "self", max_invalid: int = 2,
+                 mcts_simulations: int = 50, **options: Any) -> None:
+        super().__init__(max_turns=max_turns, **options)
+        pyspiel = import_pyspiel()
+        if opponent not in OPPONENTS:
+            raise ConfigError(f"env.options.opponent={opponent!r}: one of {list(OPPONENTS)}")
+        if max_invalid < 1:
+            raise ConfigError(f"env.options.max_invalid={max_invalid}: must be >= 1")
+        names = pyspiel.registered_names()
+        if game.split("(")[0] not in names:
+            close = difflib.get_close_matches(game, names, n=3)
+            raise ConfigError(f"env.options.game={game!r} is not an OpenSpiel game" +
+                              (f"; did you mean {', '.join(close)}?" if close else "") +
+                              " (pyspiel.registered_names() lists them)")
+        try:
+            self.game = pyspiel.load_game(game)
+        except Exception as exc:  # pyspiel raises a bare RuntimeError for bad parameters
+            raise ConfigError(f"env.options.game={game!r}: OpenSpiel cannot load it ({exc})") from exc
+        kind = self.game.get_type()
+        if kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
+            raise ConfigError(f"env.options.game={game!r} is a simultaneous-move game; only sequential games are "
+                              f"supported")
+        self.name, self.opponent, self.max_invalid = game, opponent, max_invalid
+        self.mcts_simulations = mcts_simulations
+        self.players = self.game.num_players()
+        roles = [TRAINED] if opponent != "self" else [f"player_{i}" for i in range(self.players)]
+        self.graph = AgentGraph.sequential(roles)
+        self.agent_classes = {role: "games.seat" for role in roles}
+
+    # ------------------------------------------------------------------------------------------- problems
+    def procedural_problems(self, split: str, count: int) -> list[Problem]:
+        offset = {"train": 0, "test": TEST_SEED_OFFSET}[split]
+        return [Problem(f"{self.name}-{offset + i}", {"seed": offset + i}) for i in range(count)]
+
+    @classmethod
+    def example_problems(cls, n: int = 2) -> Sequence[Problem]:
+        return [Problem(f"example-{i}", {"seed": i}) for i in range(n)]
+
+    # ------------------------------------------------------------------------------------------- transitions
+    def reset(self, problem: Problem, seed: int) -> SpielState:
+        problem_seed = int(problem.data.get("seed", 0))
+        seat = problem_seed % self.players if self.opponent != "self" else None
+        game_seed = f"{problem_seed}/{seed}"
+        state = self.game.new_initial_state()
+        self._settle(state, game_seed, seat)
+        return self._record(state, game_seed, seat)
+
+    def acting_agents(self, state: SpielState) -> tuple[str, ...]:
+        return (self._role(state.to_move),) if state.to_move >= 0 else ()
+
+    def step(self, state: SpielState, agent: str, action: Any) -> Transition:
+        if state.to_move < 0 or state.forfeit is not None:
+            return Transition(state, terminated=True)
+        if agent != self._role(state.to_move):
+            raise ValueError(f"{agent!r} moved, but the seat to move is {self._role(state.to_move)!r}")
+        game_state = self._replay(state.history)
+        move = match_move(str(action or ""), state.legal)
+        if move is None:
+            invalid = state.invalid + 1
+            if invalid >= self.max_invalid:
+                return Transition(replace(state, invalid=invalid, forfeit=state.to_move, to_move=-1),
+                                  terminated=True, info={"invalid": 1.0, "forfeit": 1.0})
+            refused = (f"Your answer {str(action)[:80]!r} is not one of the legal moves. "
+                       f"{self.max_invalid - invalid} more invalid move(s) forfeit the game.")
+            return Transition(replace(state, invalid=invalid, prompt=self._prompt(game_state, refused)),
+                              info={"invalid": 1.0})
+        player = state.to_move
+        game_state.apply_action(next(a for a in game_state.legal_actions()
+                                     if game_state.action_to_string(player, a) == move))
+        self._settle(game_state, state.game_seed, state.seat)
+        new = self._record(game_state, state.game_seed, state.seat)
+        return Transition(new, terminated=game_state.is_terminal(), info={"invalid": 0.0})
+
+    # ------------------------------------------------------------------------------------------- results
+    def team_reward(self, state: SpielState) -> float:
+        return 0.0
+
+    def outcome(self, state: SpielState) -> Mapping[str, float]:
+        if state.forfeit is not None:
+            per_seat = [-1.0 if i == state.forfeit else 1.0 / (self.players - 1) for i in range(self.players)]
+        elif state.returns:
+            per_seat = list(state.returns)
+        else:  # cut by max_turns
+            per_seat = [0.0] * self.players
+        if state.seat is not None:
+            return {TRAINED: per_seat[state.seat]}
+        return {f"player_{i}": v for i, v in enumerate(per_seat)}
+
+    def success(self, state: SpielState) -> bool:
+        if state.seat is not None:
+            return self.outcome(state)[TRAINED] > 0
+        return bool(state.returns) and state.forfeit is None
+
+    @staticmethod
+    def describe(state: SpielState) -> str:
+        return f"history {list(state.history)}, to move {state.to_move}, returns {list(state.returns)}"
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def _role(self, player: int) -> str:
+        return TRAINED if self.opponent != "self" else f"player_{player}"
+
+    def _replay(self, history: Sequence[int]):
+        state = self.game.new_initial_state()
+        for action in history:
+            state.apply_action(action)
+        return state
+
+    def _settle(self, state, game_seed: str, seat: int | None) -> None:
+        """Play chance nodes and the fixed opponent's moves until a trained seat is to move or the game is over."""
+        while not state.is_terminal():
+            rng = random.Random(f"{game_seed}/{len(state.history())}")
+            if state.is_chance_node():
+                outcomes, probabilities = zip(*state.chance_outcomes())
+                state.apply_action(rng.choices(outcomes, probabilities)[0])
+            elif seat is not None and state.current_player() != seat:
+                state.apply_action(self._opponent_move(state, rng))
+            else:
+                return
+
+    def _opponent_move(self, state, rng: random.Random) -> int:
+        if self.opponent == "random":
+            return rng.choice(state.legal_actions())
+        import numpy as np
+        from open_spiel.python.algorithms import mcts
+
+        generator = np.random.RandomState(rng.randrange(2**31))
+        bot = mcts.MCTSBot(self.game, 2.0, self.mcts_simulations, mcts.RandomRolloutEvaluator(1, generator),
+                           random_state=generator)
+        return bot.step(state.clone())
+
+    def _record(self, state, game_seed: str, seat: int | None) -> SpielState:
+        if state.is_terminal():
+            return SpielState(game_seed, tuple(state.history()), seat, -1, "", (),
+                              returns=tuple(float(r) for r in state.returns()))
+        player = state.current_player()
+        legal = tuple(state.action_to_string(player, a) for a in state.legal_actions())
+        return SpielState(game_seed, tuple(state.history()), seat, player, self._prompt(state), legal)
+
+    def _prompt(self, state, refused: str = "") -> str:
+        player = state.current_player()
+        kind = self.game.get_type()
+        if kind.provides_observation_string:
+            seen = state.observation_string(player)
+        elif kind.provides_information_state_string:
+            seen = state.information_state_string(player)
+        else:
+            seen = str(state)
+        legal = ", ".join(state.action_to_string(player, a) for a in state.legal_actions())
+        lines = [f"You are player {player} in the game {kind.long_name}.", "Current state:", seen,
+                 f"Legal moves: {legal}", refused, "Answer with exactly one legal move, written as listed."]
+        return "\n".join(line for line in lines if line)
+
+
+def match_move(text: str, legal: Sequence[str]) -> str | None:
+    """The legal move ``text`` names: the whole answer (case and surrounding spaces aside), else the legal move
+    written last in it (the longest one where several end at the same place). None: no legal move."""
+    answer = text.strip().strip("`'\".").strip()
+    for move in legal:
+        if answer.lower() == move.lower():
+            return move
+    lowered = text.lower()
+    best, best_end = None, -1
+    for move in legal:
+        at = lowered.rfind(move.lower())
+        if at >= 0:
+            end = at + len(move)
+            if end > best_end or (end == best_end and best is not None and len(move) > len(best)):
+                best, best_end = move, end
+    return best

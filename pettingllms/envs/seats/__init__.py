@@ -1,0 +1,28 @@
+"""A seat at a game table: the agent of the library-game envs (``openspiel``, ``textarena``).
+
+The env renders what the seat to move sees into the state (``state.prompt``: the library's own observation text, the
+legal moves where the library lists them, the reason a move was refused), so one agent class serves every game and
+holds nothing per episode. The env decides who acts (``Env.acting_agents``): only the seat to move is asked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pettingllms.core import Agent, Message
+
+MAX_ACTION_CHARS = 2_000  # a move is short; a flood of text is cut before the game's parser sees it
+
+
+class SeatAgent(Agent):
+    """Options: ``instruction`` (text after the observation; default: the env's own)."""
+
+    known_options = ("instruction",)
+
+    def observe(self, state: Any, turn: int) -> list[Message]:
+        instruction = self.options.get("instruction")
+        text = state.prompt if instruction is None else f"{state.prompt}\n{instruction}"
+        return [{"role": "user", "content": text}]
+
+    def parse(self, response: str) -> str:
+        return response.strip()[:MAX_ACTION_CHARS]

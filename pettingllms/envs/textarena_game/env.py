@@ -1,0 +1,134 @@
+"""``textarena``: a two-player TextArena game played by LLM seats (``pip install 'pettingllms[games]'``).
+
+    env.name=textarena env.options.game=TicTacToe-v0        # self-play: player_0 vs player_1
+    env.name=textarena env.options.game=KuhnPoker-v0
+
+- **State**: (game id, seed, the moves sent so far) plus what the library said after them (who moves, what that seat
+  sees, the rewards once over). Each step replays the game from ``reset(seed)`` through every move: a pure
+  transition whose forks share nothing. TextArena seeds the *module-level* ``random`` in ``reset`` and its games
+  draw from it as they go, so a deep copy of a game object would not copy its randomness, and our env steps run in
+  threads. Its LLM observation wrapper keeps every observation across ``reset``, so each replay makes the game
+  afresh (``ta.make``, microseconds). A replay holds one lock, seeds as the library does, and restores the interpreter's ``random`` and
+  ``numpy.random`` states afterwards, so concurrent forks never see each other's draws.
+- **Who acts**: the library's ``get_observation()`` player, so its own rules decide (a resubmit after an invalid
+  move, Kuhn Poker's alternating starter). Seats are ``player_0`` and ``player_1``.
+- **Moves**: the response as it is (at most 2,000 characters); the library's own action wrapper and rules judge it
+  (by default a second invalid move in a row loses the game).
+- **Outcome** (``Env.outcome``): the rewards of ``close()`` per seat; a game cut by ``max_turns`` scores 0 for both.
+  ``success``: the game reached its end.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+
+TEST_SEED_OFFSET = 10**9
+PLAYERS = 2
+SEATS = tuple(f"player_{i}" for i in range(PLAYERS))
+_REPLAY = threading.Lock()  # TextArena draws from the module-level ``random``: one replay at a time
+
+
+def import_textarena():
+    try:
+        import textarena
+    except ImportError as exc:
+        raise ConfigError("env 'textarena' needs TextArena: pip install 'pettingllms[games]' (textarena)") from exc
+    return textarena
+
+
+@dataclass(frozen=True)
+class ArenaState:
+    seed: int
+    moves: tuple[str, ...]  # every move sent, invalid ones included, in order
+    to_move: int  # the seat the library asks next; -1 once the game is over
+    prompt: str  # the library's observation for that seat
+    rewards: tuple[float, ...] = ()  # close()'s rewards per seat once the game is over
+    reason: str = ""  # the library's reason for the result
+
+
+class TextArenaEnv(Env):
+    graph = AgentGraph.sequential(list(SEATS))
+    agent_classes = {seat: "games.seat" for seat in SEATS}
+    known_options = ()
+
+    def __init__(self, max_turns: int = 30, game: str = "TicTacToe-v0", **options: Any) -> None:
+        super().__init__(max_turns=max_turns, **options)
+        self._make = import_textarena().make
+        try:
+            self._make(game)
+        except Exception as exc:
+            raise ConfigError(f"env.options.game={game!r}: TextArena cannot make it ({exc})") from exc
+        self.game = game
+
+    def procedural_problems(self, split: str, count: int) -> list[Problem]:
+        offset = {"train": 0, "test": TEST_SEED_OFFSET}[split]
+        return [Problem(f"{self.game}-{offset + i}", {"seed": offset + i}) for i in range(count)]
+
+    @classmethod
+    def example_problems(cls, n: int = 2) -> Sequence[Problem]:
+        return [Problem(f"example-{i}", {"seed": i}) for i in range(n)]
+
+    def reset(self, problem: Problem, seed: int) -> ArenaState:
+        return self._play(int(problem.data.get("seed", 0)) * 1_000_003 + seed, ())
+
+    def acting_agents(self, state: ArenaState) -> tuple[str, ...]:
+        return (SEATS[state.to_move],) if state.to_move >= 0 else ()
+
+    def step(self, state: ArenaState, agent: str, action: Any) -> Transition:
+        if state.to_move < 0:
+            return Transition(state, terminated=True)
+        if agent != SEATS[state.to_move]:
+            raise ValueError(f"{agent!r} moved, but the seat to move is {SEATS[state.to_move]!r}")
+        new = self._play(state.seed, state.moves + (str(action or ""),))
+        return Transition(new, terminated=new.to_move < 0)
+
+    def team_reward(self, state: ArenaState) -> float:
+        return 0.0
+
+    def outcome(self, state: ArenaState) -> Mapping[str, float]:
+        values = state.rewards or (0.0,) * PLAYERS
+        return {seat: float(v) for seat, v in zip(SEATS, values)}
+
+    def success(self, state: ArenaState) -> bool:
+        return bool(state.rewards)
+
+    @staticmethod
+    def describe(state: ArenaState) -> str:
+        return f"seed {state.seed}, moves {list(state.moves)}, to move {state.to_move}, rewards {list(state.rewards)}"
+
+    def _play(self, seed: int, moves: tuple[str, ...]) -> ArenaState:
+        """Replay the game from ``reset(seed)`` through ``moves`` and record what the library says next."""
+        import numpy as np
+
+        with _REPLAY:
+            saved, saved_np = random.getstate(), np.random.get_state()
+            try:
+                arena = self._make(self.game)  # fresh: the LLM observation wrapper keeps its text across resets
+                arena.reset(num_players=PLAYERS, seed=seed)
+                done = False
+                for move in moves:
+                    if done:
+                        raise ValueError(f"a move after the end of the game: {moves}")
+                    done, _ = arena.step(move)
+                if done:
+                    rewards, info = arena.close()
+                    reason = next((str(v.get("reason", "")) for v in (info or {}).values() if isinstance(v, dict)), "")
+                    return ArenaState(seed, moves, -1, "", tuple(float(rewards.get(i, 0.0)) for i in range(PLAYERS)),
+                                      reason)
+                player, observation = arena.get_observation()
+                return ArenaState(seed, moves, int(player), _text(observation))
+            finally:
+                random.setstate(saved)
+                np.random.set_state(saved_np)
+
+
+def _text(observation: Any) -> str:
+    """The library's observation as one string (its LLM wrapper gives one; a raw env gives (sender, text) pairs)."""
+    if isinstance(observation, str):
+        return observation
+    return "\n".join(str(part[-1]) if isinstance(part, (tuple, list)) else str(part) for part in observation)
