@@ -167,7 +167,7 @@ class RolloutConfig(Freezable):
     val_samples: int = setting(1, "independent episodes per validation problem")
     playouts: int = setting(1, "tree mode, envs with an outcome (games): episodes played on from each candidate's "
                                "state to the end by the current policies; the candidate's reward gains its agent's "
-                               "mean outcome over them ([games.md](games.md#outcome-credit)). 0: tree candidates "
+                               "mean outcome over them ([self_play.md](self_play.md#outcome-credit)). 0: tree candidates "
                                "never see the outcome")
 
 

@@ -421,7 +421,7 @@ def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: i
             return (f"agent {role!r}'s local_reward went from {before!r} to {now!r} through agent {last_mover!r}'s "
                     f"last move ({where}): the run reads an agent's local reward only on the states its own moves "
                     f"produce, so that result would be lost; return every agent's final result from "
-                    f"{type(env).__name__}.outcome(state) (docs/games.md)")
+                    f"{type(env).__name__}.outcome(state) (docs/self_play.md)")
     return None
 
 

@@ -129,7 +129,7 @@ class Env(ABC):
 
         It reaches every move of an agent: in tree mode each candidate is valued by playouts to the end
         (``rollout.playouts``), in independent mode by its own episode's end, in trajectory mode it joins the
-        agent's return (docs/games.md)."""
+        agent's return (docs/self_play.md)."""
         del state
         return None
 

@@ -12,6 +12,7 @@ from pettingllms.entry.train import HELP_FLAGS, parse_args
 
 def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_dir: str | None = None,
              print_table: bool = True):
+    from pettingllms.config.frozen import evolve
     from pettingllms.config.load import compose, to_schema
     from pettingllms.config.schema import EvalRunConfig
     from pettingllms.core import ConfigError
@@ -22,8 +23,12 @@ def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_di
     if not isinstance(cfg, EvalRunConfig):
         raise ConfigError(f"config {config_name!r} is not an evaluation config: its defaults must start with "
                           "pettingllms_eval_schema (or the eval config), as pettingllms/configs/eval.yaml does")
+    keys = override_keys(overrides)
+    if "env.name" in keys and not any(k == "env.benchmark" or k.startswith("env.benchmark.") for k in keys):
+        # eval.yaml's benchmarks are math's and code's: an env named on the command line is evaluated on its own
+        cfg = evolve(cfg, {"env.benchmark": []})
     # a checkpoint's run supplies every setting the command line leaves open (pettingllms/eval/run_settings.py)
-    return run_evaluation(cfg, print_table=print_table, user_keys=override_keys(overrides))
+    return run_evaluation(cfg, print_table=print_table, user_keys=keys)
 
 
 def eval_command(argv: Sequence[str]) -> int:

@@ -27,7 +27,7 @@ group key and reward there (``_samples``), since a trajectory sample's return is
 Who acts: the graph's stages, or the env itself (``Env.acting_agents(state)``, games): then a turn is one stage,
 the agents the state names (``_stages``).
 
-A game's result (``Env.outcome(final state)``, per agent) reaches every move of the agent (``docs/games.md``):
+A game's result (``Env.outcome(final state)``, per agent) reaches every move of the agent (``docs/self_play.md``):
 - tree mode: each candidate is valued by ``rollout.playouts`` playouts from its own state to the end, played by
   the current policies with their training sampling (one sample per decision; nothing of a playout is trained):
   its reward is its immediate reward plus its agent's mean outcome over them, and selection reads that value, so a
@@ -442,7 +442,7 @@ class Executor:
                     f"{episode} (problem {problem.problem_id!r}) but was {chosen.local!r} on the state its own last "
                     f"move produced; agent {final_mover!r} moved last. The run reads an agent's local reward only on "
                     f"the states its own moves produce, so this change would be lost. Return every agent's final "
-                    f"result from {env}.outcome(state) instead (docs/games.md)")
+                    f"result from {env}.outcome(state) instead (docs/self_play.md)")
 
     async def _expand(
         self,

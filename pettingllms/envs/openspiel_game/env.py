@@ -53,6 +53,7 @@ class SpielState:
     invalid: int = 0  # invalid moves in a row by the seat to move
     forfeit: int | None = None  # the seat whose invalid moves ended the game
     returns: tuple[float, ...] = ()  # the library's returns once the game is over
+    shot: tuple[str, str] = ()  # one_shot: a worked example for the seat to move, (its prompt, a legal answer)
 
 
 class OpenSpielEnv(Env):
@@ -61,7 +62,7 @@ class OpenSpielEnv(Env):
     known_options = ()
 
     def __init__(self, max_turns: int = 30, game: str = "tic_tac_toe", opponent: str = "self", max_invalid: int = 2,
-                 mcts_simulations: int = 50, **options: Any) -> None:
+                 mcts_simulations: int = 50, one_shot: bool = False, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
         pyspiel = import_pyspiel()
         if opponent not in OPPONENTS:
@@ -88,6 +89,7 @@ class OpenSpielEnv(Env):
         roles = [TRAINED] if opponent != "self" else [f"player_{i}" for i in range(self.players)]
         self.graph = AgentGraph.sequential(roles)
         self.agent_classes = {role: "games.seat" for role in roles}
+        self._shots = self._worked_examples() if one_shot else {}
 
     # ------------------------------------------------------------------------------------------- problems
     def procedural_problems(self, split: str, count: int) -> list[Problem]:
@@ -196,7 +198,23 @@ class OpenSpielEnv(Env):
                               returns=tuple(float(r) for r in state.returns()))
         player = state.current_player()
         legal = tuple(state.action_to_string(player, a) for a in state.legal_actions())
-        return SpielState(game_seed, tuple(state.history()), seat, player, self._prompt(state), legal)
+        return SpielState(game_seed, tuple(state.history()), seat, player, self._prompt(state), legal,
+                          shot=self._shots.get(player, ()))
+
+    def _worked_examples(self) -> dict[int, tuple[str, str]]:
+        """``one_shot``: per player, the prompt of the first position of a fixed line of play (each move the first
+        legal one, chance the first outcome) where that player is to move, answered with its middle legal move."""
+        shots: dict[int, tuple[str, str]] = {}
+        state = self.game.new_initial_state()
+        while not state.is_terminal() and len(shots) < self.players:
+            if state.is_chance_node():
+                state.apply_action(state.chance_outcomes()[0][0])
+                continue
+            player, actions = state.current_player(), state.legal_actions()
+            if player not in shots:
+                shots[player] = (self._prompt(state), state.action_to_string(player, actions[len(actions) // 2]))
+            state.apply_action(actions[0])
+        return shots
 
     def _prompt(self, state, refused: str = "") -> str:
         player = state.current_player()
@@ -207,9 +225,10 @@ class OpenSpielEnv(Env):
             seen = state.information_state_string(player)
         else:
             seen = str(state)
-        legal = ", ".join(state.action_to_string(player, a) for a in state.legal_actions())
+        moves = [state.action_to_string(player, a) for a in state.legal_actions()]
         lines = [f"You are player {player} in the game {kind.long_name}.", "Current state:", seen,
-                 f"Legal moves: {legal}", refused, "Answer with exactly one legal move, written as listed."]
+                 f"Legal moves: {', '.join(moves)}", refused,
+                 f"Answer with exactly one legal move, written as listed (for example: {moves[0]})."]
         return "\n".join(line for line in lines if line)
 
 

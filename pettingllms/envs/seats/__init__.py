@@ -22,7 +22,10 @@ class SeatAgent(Agent):
     def observe(self, state: Any, turn: int) -> list[Message]:
         instruction = self.options.get("instruction")
         text = state.prompt if instruction is None else f"{state.prompt}\n{instruction}"
-        return [{"role": "user", "content": text}]
+        shot = getattr(state, "shot", ())  # a worked example the env offers (openspiel's one_shot)
+        example: list[Message] = ([{"role": "user", "content": shot[0]}, {"role": "assistant", "content": shot[1]}]
+                                  if shot else [])
+        return [*example, {"role": "user", "content": text}]
 
     def parse(self, response: str) -> str:
         return response.strip()[:MAX_ACTION_CHARS]

@@ -1,0 +1,149 @@
+"""The library games (``env.name=openspiel``, ``env.name=textarena``), played as the libraries really behave: their
+turn rules, chance, invalid moves, and TextArena's global random generator and accumulating observation wrapper."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+
+pyspiel = pytest.importorskip("pyspiel", reason="the games extra: pip install -e '.[games]'")
+textarena = pytest.importorskip("textarena", reason="the games extra: pip install -e '.[games]'")
+
+from pettingllms.cli import main  # noqa: E402
+from pettingllms.core import Problem  # noqa: E402
+from pettingllms.core.checker import check_env  # noqa: E402
+from pettingllms.envs.openspiel_game.env import OpenSpielEnv, match_move  # noqa: E402
+from pettingllms.envs.textarena_game import env as arena_module  # noqa: E402
+from pettingllms.envs.textarena_game.env import TextArenaEnv  # noqa: E402
+
+
+@pytest.mark.parametrize("args", [
+    ["openspiel", "--option", "game=tic_tac_toe"], ["openspiel", "--option", "game=kuhn_poker"],
+    ["openspiel", "env.options.game=tic_tac_toe", "env.options.opponent=random"],
+    ["textarena", "--option", "game=TicTacToe-v0"], ["textarena", "--option", "game=KuhnPoker-v0"],
+])
+def test_check_env_passes_for_each_librarys_games(args, capsys):
+    assert main(["check-env", *args]) == 0, capsys.readouterr().out
+
+
+def test_check_env_options_are_typed_and_a_wrong_game_is_named(capsys):
+    assert main(["check-env", "openspiel", "--option", "game=tic_tac_to"]) == 1
+    assert "did you mean tic_tac_toe" in capsys.readouterr().out
+    assert main(["check-env", "openspiel", "--option", "nokey"]) == 2
+    assert "give KEY=VALUE" in capsys.readouterr().err
+
+
+def test_an_openspiel_game_follows_the_librarys_turns_and_returns():
+    env = OpenSpielEnv(game="tic_tac_toe")
+    state = env.reset(Problem("p", {"seed": 0}), 0)
+    for agent, move in [("player_0", "x(1,1)"), ("player_1", "o(0,0)"), ("player_0", "I play x(0,1)"),
+                        ("player_1", "o(2,2)")]:
+        assert env.acting_agents(state) == (agent,)
+        step = env.step(state, agent, move)
+        assert not step.terminated
+        state = step.state
+    step = env.step(state, "player_0", "x(2,1)")  # the middle column
+    assert step.terminated and env.outcome(step.state) == {"player_0": 1.0, "player_1": -1.0}
+    assert env.success(step.state)
+
+
+def test_an_invalid_move_is_retried_by_the_same_seat_and_the_second_forfeits():
+    env = OpenSpielEnv(game="tic_tac_toe", max_invalid=2)
+    state = env.reset(Problem("p", {"seed": 0}), 0)
+    once = env.step(state, "player_0", "the middle please")
+    assert not once.terminated and env.acting_agents(once.state) == ("player_0",)
+    assert "not one of the legal moves" in once.state.prompt
+    twice = env.step(once.state, "player_0", "hmm")
+    assert twice.terminated and env.outcome(twice.state) == {"player_0": -1.0, "player_1": 1.0}
+    with pytest.raises(ValueError, match="the seat to move is 'player_0'"):
+        env.step(state, "player_1", "o(0,0)")
+
+
+def test_kuhn_poker_deals_from_the_seed_and_a_fixed_opponent_alternates_seats():
+    env = OpenSpielEnv(game="kuhn_poker")
+    deals = {env.reset(Problem("p", {"seed": s}), 0).history[:2] for s in range(12)}
+    assert len(deals) > 1 and env.reset(Problem("p", {"seed": 3}), 0) == env.reset(Problem("p", {"seed": 3}), 0)
+    versus = OpenSpielEnv(game="tic_tac_toe", opponent="random")
+    assert list(versus.graph.agents) == ["player"]
+    first, second = (versus.reset(Problem("p", {"seed": s}), 0) for s in (0, 1))
+    assert first.seat == 0 and first.history == ()  # player 0 moves first: nothing played yet
+    assert second.seat == 1 and len(second.history) == 1  # the random opponent opened
+    assert "o(" in second.prompt and versus.acting_agents(second) == ("player",)
+
+
+def test_match_move_reads_the_whole_answer_or_the_last_legal_move_written():
+    legal = ("Pass", "Bet")
+    assert match_move(" bet ", legal) == "Bet"
+    assert match_move("I would Pass, no wait: Bet", legal) == "Bet"
+    assert match_move("fold", legal) is None
+    assert match_move("x(1,1)x(1,2)", ("x(1,1)", "x(1,2)")) == "x(1,2)"
+
+
+def test_textarena_replays_are_exact_and_the_library_decides_who_acts():
+    env = TextArenaEnv(game="KuhnPoker-v0")
+    problem = Problem("p", {"seed": 5})
+    start = env.reset(problem, 0)
+    assert env.reset(problem, 0) == start, "its observation wrapper must not carry text across replays"
+    seat = env.acting_agents(start)[0]
+    invalid = env.step(start, seat, "[raise 100]")
+    assert env.acting_agents(invalid.state) == (seat,), "an invalid move is resubmitted by the same seat"
+    assert "invalid" in invalid.state.prompt.lower()
+
+
+def test_textarena_forks_share_no_random_state_across_threads():
+    """Without the replay lock, TextArena's module-level random makes forks stepped in threads differ; the checker's
+    thread check sees it. With the lock, never."""
+    failures = []
+    for seed in range(8):
+        report = check_env(TextArenaEnv(game="KuhnPoker-v0"), seed=seed)
+        failures.append(not report.ok)
+    assert not any(failures)
+    lock = arena_module._REPLAY
+    try:
+        arena_module._REPLAY = contextlib.nullcontext()
+        unlocked = [not check_env(TextArenaEnv(game="KuhnPoker-v0"), seed=seed).ok for seed in range(10)]
+    finally:
+        arena_module._REPLAY = lock
+    assert any(unlocked), "the thread check should catch the race the lock prevents"
+
+
+TRAIN = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=2",
+         "training.train_batch_size=2", "rollout.branching=2", "training.max_response_length=8",
+         "training.max_prompt_length=2048", "training.val_freq=0", "training.val_before_train=false",
+         "training.export_hf=false", "training.plot=false", "resources.use_ray=false", "env.max_turns=6"]
+
+
+@pytest.mark.parametrize("game", [["env.name=openspiel", "env.options.game=tic_tac_toe"],
+                                  ["env.name=openspiel", "env.options.game=kuhn_poker"],
+                                  ["env.name=textarena", "env.options.game=TicTacToe-v0"],
+                                  ["env.name=textarena", "env.options.game=KuhnPoker-v0"]])
+def test_two_training_steps_record_each_seats_results(game, tmp_path):
+    from pettingllms.entry.train import run_training
+
+    trainer, _ = run_training("train", [*TRAIN, *game, f"training.log_dir={tmp_path}"])
+    rows = [json.loads(line) for line in (Path(trainer.run_dir) / "summary.log").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        for seat in ("player_0", "player_1"):
+            rates = [row[f"episode/{seat}/{name}_rate"] for name in ("win", "draw", "loss")]
+            assert sum(rates) == pytest.approx(1.0)
+
+
+def test_eval_of_a_game_run_reports_win_rates_with_intervals_against_the_random_opponent(tmp_path, capsys):
+    from pettingllms.entry.eval import run_eval
+    from pettingllms.entry.train import run_training
+
+    trainer, _ = run_training("train", [*TRAIN, "env.name=openspiel", "env.options.game=tic_tac_toe",
+                                        f"training.log_dir={tmp_path / 'train'}"])
+    result = run_eval("eval", [f"model.checkpoint={trainer.run_dir}", "env.options.opponent=random",
+                               "env.max_val_problems=4", "eval.n=2", "eval.temperature=1.0", "eval.max_tokens=8",
+                               f"eval.log_dir={tmp_path / 'eval'}"], print_table=True)
+    seats = result.summary["benchmarks"]["openspiel/procedural"]["seats"]
+    player = seats["player"]
+    assert player["games"] == 8
+    low, high = player["loss_ci95"]
+    assert 0.0 <= low <= player["loss_rate"] <= high <= 1.0
+    assert "per seat (games)" in capsys.readouterr().out
