@@ -408,6 +408,12 @@ def _settings(overrides: Sequence[str]) -> list[str]:
     return [o for o in overrides if not o.startswith("training.log_dir=")]
 
 
+# Keys added to the schema after runs were recorded, each with the value under which it changes nothing for the
+# envs of this benchmark: left out of the fingerprint at that value (so those runs still match), kept at any other.
+# rollout.playouts acts only for envs with an outcome (games); vault and Plan-Path have none (2026-11-27).
+NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1}
+
+
 def fingerprint(overrides: Sequence[str]) -> str:
     """A hash of the whole config the overrides resolve to, less where the run's files go: a preset or a default
     changed since a run was recorded changes it, while the override strings stay the same."""
@@ -419,6 +425,9 @@ def fingerprint(overrides: Sequence[str]) -> str:
     config = to_dict(load_config("train", list(overrides)))
     for key in ("log_dir", "experiment_name"):
         config["training"].pop(key, None)
+    for (section, key), neutral in NEUTRAL_NEW_KEYS.items():
+        if config.get(section, {}).get(key) == neutral:
+            config[section].pop(key)
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -64,7 +64,8 @@ def build_env(cfg: Config) -> Env:
         "max_turns": f"set env.max_turns={options.get('max_turns')} instead (the run passes it to the env)"})
     what = f"env {cfg.env.name!r}" if ":" in cfg.env.name else f"env {cfg.env.name!r} ({env_cls.__name__})"
     turns = {"max_turns": cfg.env.max_turns} if cfg.env.max_turns > 0 else {}  # 0: the class's own default
-    return construct(env_cls, what, f"env.max_turns={cfg.env.max_turns}, env.options={options}", **turns, **options)
+    shown = f"env.max_turns={cfg.env.max_turns}" + ("" if turns else " (the env's own default)")
+    return construct(env_cls, what, f"{shown}, env.options={options}", **turns, **options)
 
 
 def _agent_option_keys(env_cls: type) -> dict[str, list[str]]:

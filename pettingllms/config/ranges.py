@@ -89,10 +89,10 @@ RANGES: dict[str, Range] = {
     # env, rollout, reward
     "env.max_val_problems": at_least(0, "0 = every problem"),
     "env.max_turns": at_least(0, "0 = the env's own default"),
-    "rollout.branching": at_least(2, "K candidates form one GRPO group; K=1 makes every group a singleton and "
+    "rollout.branching": within(2, 1024, "K candidates form one GRPO group; K=1 makes every group a singleton and "
                                      "nothing is learned"),
-    "rollout.val_samples": at_least(1, "episodes per validation problem"),
-    "rollout.playouts": at_least(0, "0 = tree candidates never see a game's outcome"),
+    "rollout.val_samples": within(1, 1024, "episodes per validation problem"),
+    "rollout.playouts": within(0, 64, "0 = tree candidates never see a game's outcome; each costs a whole game"),
     "reward.alpha": at_least(0, "weight of the team reward"),
     # algorithm
     "algorithm.filter_ratio": Range(0, 1, "the fraction of groups dropped", high_open=True),
@@ -136,6 +136,7 @@ RANGES: dict[str, Range] = {
     "model.request_timeout_s": above(0, "seconds"),
     "model.max_concurrency": at_least(1, "requests in flight"),
     "model.max_retries": at_least(0),
+    "model.max_failed_share": within(0, 1, "share of failed requests above which an evaluation fails"),
     "eval.n": at_least(1, "samples per problem"),
     "eval.k": at_least(1, "pass@k; every k must also be <= eval.n"),
     **{f"eval.{key}": r for key, r in _SAMPLING.items()},

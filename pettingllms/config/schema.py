@@ -341,6 +341,9 @@ class EvalModelConfig(Freezable):
     request_timeout_s: float = setting(600.0, "seconds per request")
     max_concurrency: int = setting(32, "requests in flight to the server")
     max_retries: int = setting(2, "retries per request, on connection errors, 429 and 5xx")
+    max_failed_share: float = setting(0.5, "a server evaluation in which more than this share of requests failed "
+                                           "(after retries) exits non-zero, one line per cause; its summary.json is "
+                                           "still written")
 
 
 @dataclass

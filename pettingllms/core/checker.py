@@ -7,8 +7,8 @@ finite numbers, and agent parsers and observers that survive arbitrary text. Rew
 model takes them: from the states an episode reaches, every agent's parse, step and rewards on adversarial outputs.
 For envs that name their acting agents (games), only the agents the state names act, and the names must be the
 env's agents; at the end of an episode every agent's result must arrive: ``outcome`` a mapping of the env's agents
-to finite numbers, or, for an env without one, no agent's local reward changed by another agent's last move (the
-run would lose it).
+to finite numbers, or, for an env without one, no agent that had no local reward after its own last move gets one
+on the terminal state another agent's move produced (the run would lose it).
 """
 
 from __future__ import annotations
@@ -413,11 +413,13 @@ def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: i
             return f"outcome names {unknown}, not agents of the env {list(env.graph.agents)} ({where})"
         bad = {a: v for a, v in outcome.items() if not _finite_number(v)}
         return f"outcome values must be finite numbers, got {bad} ({where})" if bad else None
+    if not done:
+        return None
     for role, before in last_local.items():
         if role == last_mover:
             continue
         now = agents[role].local_reward(state)
-        if _finite_number(now) and _finite_number(before) and abs(now - before) > 1e-9:
+        if _finite_number(now) and _finite_number(before) and before == 0 and now != 0:
             return (f"agent {role!r}'s local_reward went from {before!r} to {now!r} through agent {last_mover!r}'s "
                     f"last move ({where}): the run reads an agent's local reward only on the states its own moves "
                     f"produce, so that result would be lost; return every agent's final result from "

@@ -29,12 +29,14 @@ def resolve_checkpoint(spec: str) -> tuple[Path, Path]:
     """(checkpoint dir, run dir) for a run directory (its latest checkpoint) or a ``checkpoints/step_N`` dir."""
     path = Path(spec).expanduser()
     if (path / ckpt.STATE_FILE).is_file():
+        ckpt.check_checkpoint(path)
         return path, path.parents[1]
     if (path / "checkpoints").is_dir():
         latest = ckpt.latest_checkpoint(path / "checkpoints")
         if latest is None:
             raise ConfigError(f"model.checkpoint={spec!r}: {path / 'checkpoints'} has no complete checkpoint "
                               f"(no '{ckpt.LATEST}' pointer to a step directory)")
+        ckpt.check_checkpoint(latest)
         return latest, path
     raise ConfigError(f"model.checkpoint={spec!r} is neither a trainer run directory (with checkpoints/) nor a "
                       f"checkpoints/step_N directory (with {ckpt.STATE_FILE})")

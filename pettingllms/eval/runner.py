@@ -31,7 +31,7 @@ from pettingllms.assembly.plan import check_prompts
 from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
 from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
-from pettingllms.core import ConfigError, Problem, SamplingParams
+from pettingllms.core import ConfigError, InfrastructureError, Problem, SamplingParams
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
 from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_specs
 from pettingllms.eval.records import benchmark_summary, problem_record, sample_record
@@ -103,7 +103,22 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
     write_summary(run_dir, summary)
     if print_table:
         print_summary(summary)
+    refuse_failed_servers(policies.engines, cfg.model.max_failed_share, run_dir)
     return EvalResult(run_dir, summary)
+
+
+def refuse_failed_servers(engines: Mapping[str, Any], share: float, run_dir: Path) -> None:
+    """Raise InfrastructureError when more than ``share`` of a server's requests failed: numbers made mostly of failed
+    samples are not an evaluation. One line per cause, with its count and first message."""
+    for policy, engine in engines.items():
+        stats = getattr(engine, "stats", None)
+        if stats is None or not stats.requests or stats.failed_requests / stats.requests <= share:
+            continue
+        causes = "\n".join(f"  {count} x {cause}: {stats.first_failure.get(cause, '')}"
+                           for cause, count in sorted(stats.failures.items(), key=lambda kv: -kv[1]))
+        raise InfrastructureError(f"{stats.failed_requests} of {stats.requests} requests to the server of {policy} "
+                              f"failed (more than model.max_failed_share={share:g}); the summary in {run_dir} is "
+                              f"made of failed samples. Causes:\n{causes}")
 
 
 def prepare(cfg: EvalRunConfig, user_keys: Collection[str] = ()

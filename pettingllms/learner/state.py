@@ -69,9 +69,27 @@ def check_meta(view: StateView, meta: Mapping[str, Any], what: str) -> None:
         raise ValueError(f"{what} and this learner disagree on whether the KL loss is on")
 
 
-def restore_meta(view: StateView, meta: Mapping[str, Any]) -> int:
-    """Restore the LR schedule and KL coefficients in place; returns the saved step."""
+def configured_hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each param group's settings (lr, betas, weight decay, ...) as this learner was built from the config."""
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+
+
+def restore_meta(view: StateView, meta: Mapping[str, Any], configured: list[dict[str, Any]]) -> int:
+    """Restore the LR schedule's position and the KL coefficients in place; returns the saved step.
+
+    The schedule's shape and the optimiser's settings stay the config's (``configured``, taken before the optimiser's
+    state was loaded, which would bring back the saved ones): a resume that changes ``optim.lr``, the weight decay,
+    betas, warmup or minimum ratio trains with the new values from the resumed step on, at the saved position of the
+    schedule (the LR is the new peak times the schedule's factor there)."""
     view.scheduler.load_state_dict(meta["scheduler"])
+    for group, mine in zip(view.optimizer.param_groups, configured):
+        group.update(mine)
+    view.scheduler.base_lrs = [mine["initial_lr"] if "initial_lr" in mine else mine["lr"] for mine in configured]
+    at = view.scheduler.last_epoch
+    lrs = [base * factor(at) for base, factor in zip(view.scheduler.base_lrs, view.scheduler.lr_lambdas)]
+    for group, lr in zip(view.optimizer.param_groups, lrs):
+        group["lr"] = lr
+    view.scheduler._last_lr = lrs  # what get_last_lr() reports (torch keeps it in this attribute)
     for controller, value in zip(view.kl_controllers, meta["kl_coefs"]):
         controller.value = value
     return int(meta["step"])
@@ -92,6 +110,7 @@ def snapshot(view: StateView) -> dict[str, Any]:
 def restore(view: StateView, state: Mapping[str, Any]) -> int:
     """Load what ``snapshot`` took back into the view's parts; returns the saved step."""
     check_meta(view, state["meta"], "learner state")
+    configured = configured_hyperparameters(view.optimizer)
     params = {n: p for n, p in view.model.named_parameters()
               if n in set(trained_parameter_names(view.model, view.adapter_names))}
     missing, unexpected = sorted(set(params) - set(state["model"])), sorted(set(state["model"]) - set(params))
@@ -101,7 +120,7 @@ def restore(view: StateView, state: Mapping[str, Any]) -> int:
         for name, param in params.items():
             param.copy_(state["model"][name])
     view.optimizer.load_state_dict(state["optimizer"])
-    return restore_meta(view, state["meta"])
+    return restore_meta(view, state["meta"], configured)
 
 
 def _to_host(value: Any) -> Any:
@@ -154,6 +173,7 @@ def load_sharded(view: StateView, directory: str | Path, meta: Mapping[str, Any]
     from pettingllms.learner.safe_dcp import METADATA_FILE, load_dcp
 
     check_meta(view, meta, "sharded learner state")
+    configured = configured_hyperparameters(view.optimizer)
     path = Path(directory)
     if not (path / METADATA_FILE).is_file():
         raise FileNotFoundError(f"no sharded (DCP) checkpoint in {path}")
@@ -174,7 +194,7 @@ def load_sharded(view: StateView, directory: str | Path, meta: Mapping[str, Any]
         if with_state:
             set_optimizer_state_dict(view.model, view.optimizer, state["optimizer"])
     _drop_state_except(view, with_state)
-    return restore_meta(view, meta)
+    return restore_meta(view, meta, configured)
 
 
 def _trained_weights(view: StateView) -> dict[str, Any]:

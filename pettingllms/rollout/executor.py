@@ -76,6 +76,7 @@ SELECTIONS = Selection.values()
 NON_FINITE = NonFiniteReward.values()
 ENV = "env"  # the clock's part for env calls: reset, step, rewards, success
 OUTPUT_EXCERPT = 200  # characters of a model output quoted in a non-finite reward's message
+MAX_ABS_REWARD = 1e15  # a larger finite reward is refused like a non-finite one (reward.non_finite)
 log = logging.getLogger(__name__)
 
 
@@ -294,7 +295,7 @@ class Executor:
             dropped += 1
             error = "; ".join(filter(None, [error, "the final team reward was non-finite (dropped, reads 0)"]))
         outcomes = self._outcome(state, problem, f"the end of episode {episode}")
-        if outcomes is None:
+        if outcomes is None and terminated:
             self._check_final_locals(state, scored, problem, episode)
         record = EpisodeRecord(
             episode=episode,
@@ -409,18 +410,21 @@ class Executor:
         out = {}
         for agent, value in raw.items():
             value = _number(value, f"outcome[{agent!r}]", where)
-            if not math.isfinite(value):
+            if not _usable(value):
                 if self.config.non_finite == "error":
-                    raise EnvError(f"non-finite outcome[{agent!r}]={value!r} ({where}); outcomes must be finite")
+                    raise EnvError(f"non-finite or overflowing outcome[{agent!r}]={value!r} ({where}); outcomes must "
+                                   f"be finite numbers within ±{MAX_ABS_REWARD:g}")
                 self._dropped.append(f"outcome[{agent!r}]={value!r} ({where})")
                 value = 0.0
             out[str(agent)] = value
         return out
 
     def _check_final_locals(self, state: Any, scored: Sequence[_Node], problem: Problem, episode: str) -> None:
-        """Refuse an env without ``outcome`` where another agent's last move changed an agent's local reward: the
-        run reads an agent's local reward on the states its own moves produce, so that change (a game's loss
-        returned from ``local_reward``) would be lost."""
+        """Refuse an env without ``outcome`` whose terminal state gives an agent a local reward where its own last
+        move left it none: the run reads an agent's local reward on the states its own moves produce, so that result
+        (a game's loss returned from ``local_reward`` once the winner has moved) would be lost. A local reward that
+        merely changes after the agent's move (a tester's caught bug, fixed by the coder) is the env's design: the
+        agent was credited on its own state."""
         last: dict[str, _Candidate] = {}
         for node in scored:
             if node.chosen is not None:
@@ -432,7 +436,7 @@ class Executor:
             with self._clock.part(ENV):
                 now = self.agents[agent].agent.local_reward(state)
             try:
-                changed = math.isfinite(float(now)) and abs(float(now) - chosen.local) > 1e-9
+                changed = chosen.local == 0 and math.isfinite(float(now)) and float(now) != 0
             except (TypeError, ValueError):
                 changed = False
             if changed:
@@ -512,14 +516,16 @@ class Executor:
                 label = f"{agent_name}.local_reward"
                 values[label] = _number(self.agents[agent_name].agent.local_reward(state), label, where)
         team, local = values["team_reward"], values.get(f"{agent_name}.local_reward", 0.0)
-        # What enters a sample is alpha * team + local: 0 * inf is as unusable as inf itself.
-        if math.isfinite(self.config.alpha * team) and math.isfinite(local):
+        # What enters a sample is alpha * team + local: 0 * inf is as unusable as inf itself, and a finite reward so
+        # large that a group's variance overflows (1e308) stops the update as surely as a NaN.
+        if _usable(self.config.alpha * team) and _usable(local) and _usable(self.config.alpha * team + local):
             return team, local, False
         shown = ", ".join(f"{label}={v!r}" for label, v in values.items())
         if self.config.non_finite == "error":
             raise EnvError(
-                f"non-finite reward {shown} ({where}). Rewards must be finite: return 0 or a penalty for "
-                f"unparseable output, or set reward.non_finite=drop to leave such samples out of training")
+                f"non-finite or overflowing reward {shown} ({where}). Rewards must be finite numbers within "
+                f"±{MAX_ABS_REWARD:g}: return 0 or a penalty for unparseable output, or set reward.non_finite=drop to "
+                f"leave such samples out of training")
         self._dropped.append(f"{shown} ({where})")
         return 0.0, 0.0, True
 
@@ -636,6 +642,12 @@ def _cap_tokens(sampling: SamplingParams, max_response_length: int) -> SamplingP
     if sampling.max_tokens <= max_response_length:
         return sampling
     return SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_response_length)
+
+
+def _usable(value: float) -> bool:
+    """Finite, and small enough that a group's mean and variance cannot overflow (float64 squares pass 1e308 from
+    1.3e154 on); ``MAX_ABS_REWARD`` leaves every reward an env means far inside."""
+    return math.isfinite(value) and abs(value) <= MAX_ABS_REWARD
 
 
 def _number(value: Any, label: str, where: str) -> float:

@@ -140,11 +140,26 @@ def prune_checkpoints(root: Path, keep: int) -> list[Path]:
 
 
 def latest_checkpoint(root: Path) -> Path | None:
+    """The step directory ``<root>/latest`` names, or None. A pointer that leaves ``root`` (a path, ``..``, a
+    symlinked step) is refused: a run's files name only what lies inside the run."""
     pointer = Path(root) / LATEST
     if not pointer.is_file():
         return None
-    path = Path(root) / pointer.read_text().strip()
+    name = pointer.read_text().strip()
+    path = Path(root) / name
+    if not re.fullmatch(r"step_\d+", name) or not _inside(path, Path(root)):
+        raise UnsafeCheckpointError(f"{pointer} points to {name!r}, not a step directory inside {root}: refused (a "
+                                    f"run's checkpoint pointer names one of its own step_N folders)")
     return path if (path / STATE_FILE).is_file() else None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, every symlink resolved, lies inside ``root`` (itself resolved)."""
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
 
 
 def read_trainer_state(checkpoint: Path) -> dict[str, Any]:
@@ -228,7 +243,13 @@ def check_checkpoint(checkpoint: Path) -> None:
     it is handed to the workers: a refusal raised here reaches the user as one line, not wrapped by Ray."""
     from pettingllms.learner.safe_dcp import check_dcp
 
-    for shards in sorted((Path(checkpoint) / POLICIES_DIR).glob(f"*/{SHARDS_DIR}")):
+    checkpoint = Path(checkpoint)
+    for path in sorted(checkpoint.rglob("*")):  # nothing of a step directory may lead out of it
+        if path.is_symlink() or not _inside(path, checkpoint):
+            target = path.resolve() if path.exists() else "a missing file"
+            raise UnsafeCheckpointError(f"{path} is a symlink to {target}: a checkpoint's files must lie inside its "
+                                        f"step directory ({checkpoint}); refused")
+    for shards in sorted((checkpoint / POLICIES_DIR).glob(f"*/{SHARDS_DIR}")):
         check_dcp(shards)
 
 

@@ -33,6 +33,7 @@ from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer.cursor import DataCursor
 from pettingllms.trainer.metrics import episode_errors, episode_metrics, prefixed, sample_metrics
+from pettingllms.trainer.run_lock import RunLock
 from pettingllms.trainer.signal_watch import SignalWatch
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.step_timing import breakdown, measured_parts, slowest_update
@@ -105,6 +106,7 @@ class Trainer:
         codecs = chat_codecs(cfg, self.plan, directories)
         check_first_prompts(cfg, self.plan, codecs, self.train_problems, self.benchmarks)
         self.run_dir, resume_from = self._choose_run_dir()
+        self._release.callback(RunLock.acquire(self.run_dir).release)  # one writer per run, from here on
         self._file_log = attach_file_logger(self.run_dir)
         self._release.callback(self._detach_file_log)
         record = logging.getLogger(RECORD_LOGGER)  # train.log only: the plan at its top
@@ -259,7 +261,8 @@ class Trainer:
             if "config" in state:
                 old, new = self._comparable(state["config"]), self._comparable(to_dict(self.cfg))
                 changes = describe_changes(changed_keys(old, new))
-            log.warning("config differs from the checkpoint's (%s): %s; resuming anyway", checkpoint, changes)
+            log.warning("config differs from the checkpoint's (%s): %s; resuming with this start's values (optimizer "
+                        "and schedule settings apply from step %d on)", checkpoint, changes, int(state["step"]) + 1)
         self.policies.load(str(checkpoint / ckpt.POLICIES_DIR))
         self.cursor.load_state_dict(state["cursor"])
         self.step_done = int(state["step"])

@@ -206,8 +206,9 @@ def test_an_agent_role_without_a_class_is_named_with_the_fix(capsys):
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("+env.options.reserve=-1", "error: env 'auction_env:AuctionEnv' could not be built with env.max_turns=2, "
-                                "env.options={'reserve': -1}: ValueError: reserve must be >= 0, got -1"),
+    ("+env.options.reserve=-1", "error: env 'auction_env:AuctionEnv' could not be built with env.max_turns=0 (the "
+                                "env's own default), env.options={'reserve': -1}: ValueError: reserve must be >= 0, "
+                                "got -1"),
     ("agents.bidder_b.options.style=loud", "error: agent 'bidder_b' (Bidder) could not be built with "
                                            "agents.bidder_b.options={'style': 'loud'}: ValueError: style must be"),
 ])

@@ -62,7 +62,7 @@ def test_evaluation_reads_max_turns_0_as_the_envs_default_and_ignores_branching(
 @pytest.mark.parametrize("override, needle", [
     ("training.train_batch_size=-1", "training.train_batch_size=-1: must be >= 1 (problems per step)"),
     ("training.train_batch_size=0", "training.train_batch_size=0: must be >= 1 (problems per step)"),
-    ("rollout.branching=1", "rollout.branching=1: must be >= 2 (K candidates form one GRPO group"),
+    ("rollout.branching=1", "rollout.branching=1: must be in [2, 1024] (K candidates form one GRPO group"),
     ("training.max_response_length=0", "training.max_response_length=0: must be >= 1"),
 ])
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
@@ -75,7 +75,7 @@ def test_the_dry_run_and_the_run_refuse_a_no_op_config(override, needle, dry_run
 
 @pytest.mark.parametrize("mode", ["tree", "independent", "trajectory"])
 def test_every_rollout_mode_needs_two_candidates_per_group(mode):
-    with pytest.raises(ConfigError, match=r"^rollout\.branching=1: must be >= 2"):
+    with pytest.raises(ConfigError, match=r"^rollout\.branching=1: must be in \[2, 1024\]"):
         to_schema(compose("train", [f"rollout.mode={mode}", "rollout.branching=1"]))
 
 

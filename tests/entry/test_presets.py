@@ -22,6 +22,7 @@ CPU = {  # preset -> (env, env options): the packaged SmolLM2-135M on boards it 
     "cpu_sudoku": ("sudoku", {"size": 4, "holes": 1, "rewards": "success"}),
     "cpu_sokoban": ("sokoban", {"size": 6, "boxes": 1, "max_moves": 2}),
 }
+GAME_PRESETS = ("cpu_tictactoe",)  # a library game against a fixed opponent (docs/self_play.md)
 TINY_STEP = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",
              "training.train_batch_size=1", "rollout.branching=2", "env.max_val_problems=2", "training.val_freq=1",
              "resources.use_ray=false", "training.export_hf=false", "training.plot=false"]
@@ -35,7 +36,7 @@ def env_roles(name: str) -> set[str]:
 
 def test_every_preset_file_is_global_and_tested():
     presets = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
-    assert presets == sorted([*PAPER, *CPU, "quick_test"])
+    assert presets == sorted([*PAPER, *CPU, *GAME_PRESETS, "quick_test"])
     for name in presets:
         first = (CONFIG_DIR / "experiment" / f"{name}.yaml").read_text().splitlines()[0]
         assert first == "# @package _global_", f"{name}.yaml must start with '# @package _global_'"
@@ -146,3 +147,31 @@ def test_cpu_presets_second_turn_prompts_fit_their_max_prompt_length(name):
         if not (step.terminated or step.truncated):  # (the answer solves a few boards by chance)
             second_turns.append(len(codec.encode_chat(agent.observe(step.state, 1))))
     assert len(second_turns) >= 32 and max(second_turns) <= cfg.training.max_prompt_length
+
+
+def test_the_tictactoe_preset_plays_one_agent_against_the_random_opponent_and_its_prompts_fit(tmp_path, capsys):
+    """cpu_tictactoe: one agent vs OpenSpiel's board with a random opponent; its longest prompt (the worked example,
+    a full board and the refusal of an invalid answer) fits training.max_prompt_length with the real tokenizer; and
+    one tiny step runs with validation before and after."""
+    pytest.importorskip("pyspiel", reason="the games extra")
+    from pettingllms.cli import main
+    from pettingllms.core import Problem
+    from pettingllms.core.registry import get_env_class
+    from pettingllms.envs.seats import SeatAgent
+    from pettingllms.models.codec import HFChatCodec
+
+    cfg = load_config("train", ["+experiment=cpu_tictactoe"])
+    assert (cfg.env.name, cfg.specialization, cfg.rollout.mode, cfg.rollout.playouts) == ("openspiel", "L0", "tree", 1)
+    assert dict(cfg.env.options) == {"game": "tic_tac_toe", "opponent": "random", "one_shot": True, "max_invalid": 2}
+    env = get_env_class("openspiel")(max_turns=cfg.env.max_turns, **dict(cfg.env.options))
+    agent, codec = SeatAgent("player"), HFChatCodec.from_pretrained(cfg.base_models["policy_0"].path)
+    longest = 0
+    for problem in env.procedural_problems("test", 8):
+        state = env.reset(problem, 0)
+        while state.to_move >= 0:
+            refused = env.step(state, "player", "no idea").state  # the prompt with a refusal in it
+            longest = max(longest, len(codec.encode_chat(agent.observe(refused, 0))))
+            state = env.step(state, "player", state.legal[0]).state
+    assert 0 < longest <= cfg.training.max_prompt_length
+    assert main(["train", "+experiment=cpu_tictactoe", f"training.log_dir={tmp_path}", *TINY_STEP]) == 0
+    assert "held-out procedural (2 problems, validation sampling): success" in capsys.readouterr().out

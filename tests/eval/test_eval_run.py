@@ -103,7 +103,7 @@ def test_served_model_end_to_end(data_root, tmp_path, tiny_engine, tiny_codec):
     summary = result.summary
     assert summary["model"]["policies"]["policy_0"]["engine"] == "openai"
     assert summary["server"]["policy_0"] == {"requests": 3, "failed_requests": 0, "exact_token_ids": 3,
-                                            "retokenized": 0}
+                                            "retokenized": 0, "failures": {}}
     assert len(server.bodies) == 4  # the start-up probe, then one request per problem
     check_records_against_summary(result.run_dir, summary)
     steps = [s for r in read_jsonl(result.run_dir / summary["benchmarks"]["math/basic_arithmetic"]["records"])

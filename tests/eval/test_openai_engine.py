@@ -38,7 +38,8 @@ def test_greedy_ids_logprobs_and_text_equal_the_local_engine(tiny_engine, tiny_c
         (w,), (g,) = want.completions, got.completions
         assert g.token_ids == w.token_ids and g.text == w.text and g.finish_reason == w.finish_reason
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-6)
-    assert engine.stats.as_dict() == {"requests": 3, "failed_requests": 0, "exact_token_ids": 3, "retokenized": 0}
+    assert engine.stats.as_dict() == {"requests": 3, "failed_requests": 0, "exact_token_ids": 3, "retokenized": 0,
+                                      "failures": {}}
     # Exact prompt ids on the wire. The client sends the requests concurrently, so the server may see them in any
     # order (reading bodies[0] as the first request's body made this test fail now and then).
     assert sorted(tuple(b["prompt"]) for b in server.bodies) == sorted(tuple(p) for p in prompts)

@@ -110,3 +110,29 @@ def test_a_trusted_run_and_a_user_named_module_are_imported(clean_run, tmp_path,
     assert main(["eval", f"model.checkpoint={run}", "env.imports=[evil]", f"eval.log_dir={tmp_path / 'eval'}",
                  *EVAL]) == 0
     assert marker.exists()
+
+
+def test_a_symlinked_shard_or_a_latest_pointer_leaving_the_run_is_refused(clean_run, tmp_path, capsys):
+    import os
+
+    from pettingllms.entry.train import run_training
+    from pettingllms.core import UnsafeCheckpointError
+
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    step = run / "checkpoints" / "step_000001"
+    shard = next(p for p in sorted(step.rglob("*")) if p.is_file() and p.suffix in (".distcp", ".pt"))
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(shard.read_bytes())
+    shard.unlink()
+    os.symlink(outside, shard)
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    assert "is a symlink to" in capsys.readouterr().err
+    with pytest.raises(UnsafeCheckpointError, match="is a symlink to"):
+        run_training("train", [*TRAIN, f"training.resume={step}", "training.total_training_steps=2",
+                               f"training.log_dir={run}"])
+    shard.unlink()
+    shard.write_bytes(outside.read_bytes())
+    (run / "checkpoints" / "latest").write_text("../../elsewhere")
+    assert main(["eval", f"model.checkpoint={run}", f"eval.log_dir={tmp_path / 'eval'}", *EVAL]) == 2
+    assert "not a step directory inside" in capsys.readouterr().err

@@ -101,3 +101,21 @@ def test_a_learner_resumes_its_step_through_its_own_view(make_model, make_sample
     resumed.load_state_dict(learner.state_dict())
     assert resumed.step == learner.step == 1 and resumed.state_view().step == 1
     assert resumed.lr == learner.lr
+
+
+def test_a_resume_that_changes_the_lr_and_weight_decay_trains_with_the_new_values(make_model, make_samples):
+    """docs/training.md's example: a resume with optim.lr doubled (and another weight decay) applies both from the
+    resumed step, at the schedule's saved position; the saved run's values do not come back."""
+    samples = make_samples(4, seed=3)
+    learner = PolicyLearner(make_model(0), learner_config(total_steps=6, lr=1e-2))
+    learner.update(samples, [1.0, -1.0, 0.5, -0.5])
+    learner.update(samples, [1.0, -1.0, 0.5, -0.5])
+    resumed = PolicyLearner(make_model(1), learner_config(total_steps=6, lr=2e-2, weight_decay=0.5))
+    resumed.load_state_dict(learner.state_dict())
+    assert resumed.step == 2
+    assert resumed.lr == pytest.approx(2 * learner.lr)  # the new peak times the factor at step 2
+    assert all(group["weight_decay"] == 0.5 for group in resumed.optimizer.param_groups)
+    assert resumed.scheduler.get_last_lr() == [pytest.approx(2 * learner.lr)] * len(resumed.optimizer.param_groups)
+    resumed.update(samples, [1.0, -1.0, 0.5, -0.5])
+    learner.update(samples, [1.0, -1.0, 0.5, -0.5])
+    assert resumed.lr == pytest.approx(2 * learner.lr)  # and the schedule goes on from there

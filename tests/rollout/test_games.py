@@ -205,3 +205,37 @@ def test_the_signal_watch_names_playouts_when_a_games_groups_stay_flat():
     other.check(1, flat, ["policy_0"])
     other.check(2, {**flat, "policy_0/grpo/groups_zero_std": 2.0}, ["policy_0"])  # a step with signal resets it
     assert other.check(3, flat, ["policy_0"]) == [] and other.check(4, flat, ["policy_0"]) == []
+
+
+def test_a_finite_reward_so_large_that_the_groups_variance_overflows_is_refused_like_a_nan(make_executor):
+    from pettingllms.envs.toy.env import TargetsEnv
+
+    class Huge(TargetsEnv):
+        def team_reward(self, state):
+            return 1e308
+
+    executor, _ = make_executor(Huge(max_turns=1), lambda p, k, r: "a", branching=2)
+    with pytest.raises(EnvError, match=r"non-finite or overflowing reward team_reward=1e\+308"):
+        executor.run([Problem("p")], [0])
+    executor, _ = make_executor(Huge(max_turns=1), lambda p, k, r: "a", branching=2, non_finite="drop")
+    result = executor.run([Problem("p")], [0])
+    assert all(s.nonfinite_reward for s in result.samples)
+
+
+class CreditedSeat(Seat):
+    """Credited on its own move (1.0 for any first move), then the reply changes its reading (0.3): by design, as
+    a tester's caught bug that the coder fixes; not a lost result."""
+
+    def local_reward(self, state: TrapState) -> float:
+        if self.name != "first" or not state.moves:
+            return 0.0
+        return 1.0 if len(state.moves) == 1 else 0.3
+
+
+def test_a_local_reward_that_changes_after_the_agent_was_credited_is_not_refused(make_executor):
+    env = LocalOnlyTrap()
+    env.agent_classes = {"first": "test_games:CreditedSeat", "second": "test_games:CreditedSeat"}
+    executor, _ = make_executor(env, lambda p, k, r: "A" if "seat first" in p else "y", branching=2,
+                                mode="trajectory")
+    result = executor.run([Problem("trap")], [0])
+    assert {s.reward for s in result.samples if s.agent == "first"} == {1.0}

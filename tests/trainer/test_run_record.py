@@ -62,8 +62,9 @@ def test_a_resume_with_changed_keys_names_them_and_keeps_each_earlier_config(tmp
     run_dir = first.run_dir
     assert second.run_dir == run_dir == third.run_dir and third.step_done == 3
     record = (run_dir / "train.log").read_text()
-    assert "optim.lr: 0.001 -> 0.002; resuming anyway" in record
-    assert "optim.lr: 0.002 -> 0.003, training.total_training_steps: 2 -> 3; resuming anyway" in record
+    applied = "resuming with this start's values (optimizer and schedule settings apply from step {} on)"
+    assert "optim.lr: 0.001 -> 0.002; " + applied.format(2) in record
+    assert "optim.lr: 0.002 -> 0.003, training.total_training_steps: 2 -> 3; " + applied.format(3) in record
     assert "the previous one is kept as config.1.yaml" in record and "kept as config.2.yaml" in record
 
     def lr(name: str) -> float:

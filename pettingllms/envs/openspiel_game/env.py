@@ -11,7 +11,9 @@
 - **Prompt**: the library's observation string for the seat to move (its information state where the game has no
   observation string), the legal moves as ``action_to_string`` writes them, and why the last attempt was refused.
 - **Moves**: a response naming exactly one legal move, or ending with one (the last legal move's text it contains);
-  anything else is invalid: the seat moves again, and its ``max_invalid``-th invalid move in a row forfeits.
+  anything else is invalid: the seat moves again, and its ``max_invalid``-th invalid move in a row forfeits. Every
+  step reports ``invalid`` and ``forfeit`` (0 or 1) in its info: ``<policy>/<agent>/info/invalid_mean`` and
+  ``forfeit_mean`` each step.
 - **Outcome** (``Env.outcome``): the library's ``returns()``; a forfeit scores -1 for the seat that forfeited and
   +1/(n-1) for each other seat; a game cut by ``max_turns`` scores 0 for everyone.
 - **Opponents**: ``opponent=self`` (default) seats an agent per player; ``random`` (uniform over legal moves) or
@@ -127,13 +129,13 @@ class OpenSpielEnv(Env):
             refused = (f"Your answer {str(action)[:80]!r} is not one of the legal moves. "
                        f"{self.max_invalid - invalid} more invalid move(s) forfeit the game.")
             return Transition(replace(state, invalid=invalid, prompt=self._prompt(game_state, refused)),
-                              info={"invalid": 1.0})
+                              info={"invalid": 1.0, "forfeit": 0.0})
         player = state.to_move
         game_state.apply_action(next(a for a in game_state.legal_actions()
                                      if game_state.action_to_string(player, a) == move))
         self._settle(game_state, state.game_seed, state.seat)
         new = self._record(game_state, state.game_seed, state.seat)
-        return Transition(new, terminated=game_state.is_terminal(), info={"invalid": 0.0})
+        return Transition(new, terminated=game_state.is_terminal(), info={"invalid": 0.0, "forfeit": 0.0})
 
     # ------------------------------------------------------------------------------------------- results
     def team_reward(self, state: SpielState) -> float:
