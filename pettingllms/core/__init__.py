@@ -12,6 +12,7 @@ from pettingllms.core.errors import (
     RegistryError,
     NonFiniteGradientError,
     RolloutMismatchError,
+    StoppedBySignal,
     UnsafeCheckpointError,
 )
 from pettingllms.core.graph import AgentGraph
@@ -58,6 +59,7 @@ __all__ = [
     "RegistryError",
     "NonFiniteGradientError",
     "RolloutMismatchError",
+    "StoppedBySignal",
     "UnsafeCheckpointError",
     "Sample",
     "SamplingParams",

@@ -50,3 +50,12 @@ class RolloutMismatchError(PettingLLMsError, RuntimeError):
 class NonFiniteGradientError(PettingLLMsError, RuntimeError):
     """The gradient norm was NaN or infinite in too many training steps in a row (``optim.max_nonfinite_grad_steps``):
     the weights have stopped moving, so the run stops instead of going on without learning."""
+
+
+class StoppedBySignal(PettingLLMsError, RuntimeError):
+    """A run stopped by SIGTERM (a scheduler's preemption, ``kill``): raised in the main thread so that the run
+    releases what it started and stays resumable; the command exits with ``exit_code`` (128 + the signal)."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum

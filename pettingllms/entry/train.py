@@ -25,7 +25,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Sequence
 
-from pettingllms.core import ConfigError, PettingLLMsError
+from pettingllms.core import ConfigError, PettingLLMsError, StoppedBySignal
 
 log = logging.getLogger("pettingllms.entry")
 MULTIRUN_FLAGS = ("--multirun", "-m")
@@ -269,6 +269,9 @@ def train_command(argv: Sequence[str]) -> int:
 
             return rehearse_command(name, overrides, directory)
         trainer, _ = run_training(name, overrides, directory)
+    except StoppedBySignal as exc:
+        print(f"stopped: {exc}", file=sys.stderr)
+        return exc.exit_code
     except PettingLLMsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         for note in getattr(exc, "__notes__", ()):  # e.g. where the run's train.log holds the traceback

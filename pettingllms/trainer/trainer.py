@@ -10,6 +10,8 @@ import contextlib
 import hashlib
 import json
 import logging
+import signal
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
-from pettingllms.core import ConfigError, Env, Sample
+from pettingllms.core import ConfigError, Env, Sample, StoppedBySignal
 from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
 from pettingllms.rollout.executor import Executor
@@ -142,6 +144,15 @@ class Trainer:
         if cfg.stop_after_steps > 0:
             stop_at = min(stop_at, self.step_done + cfg.stop_after_steps)
         doing = "the validation before training"  # where the run is, for the record of an error that stops it
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            raise StoppedBySignal(f"SIGTERM received during {doing} (last completed step: {self.step_done}); the "
+                                  "workers were shut down, and training.resume=auto continues from the last "
+                                  "checkpoint", signum)
+
+        # Ray's own handler (installed by ray.init) dumps a C++ stack and ends the process without closing the run
+        previous = signal.signal(signal.SIGTERM, on_sigterm) if threading.current_thread() is \
+            threading.main_thread() else None
         try:
             if cfg.val_before_train and self.step_done == 0 and cfg.val_freq > 0:
                 self._log(0, self.validate(0))
@@ -181,6 +192,8 @@ class Trainer:
             raise
         finally:
             self.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         return results
 
     def step(self, step: int) -> StepResult:
