@@ -104,7 +104,8 @@ def _put_back(merged: EvalRunConfig, cfg: EvalRunConfig, path: list[str]) -> Eva
 def _describe(value: Any) -> str:
     """A short form of a taken value for the console: a base model's path, a role list, a scalar."""
     if isinstance(value, Mapping):
-        parts = [f"{name}={getattr(entry, 'path', None)}" if hasattr(entry, "path") else str(name)
-                 for name, entry in value.items()]
+        parts = [f"{name}={getattr(entry, 'path', None)}" if hasattr(entry, "path") else
+                 f"{name}={entry}" if isinstance(entry, (str, int, float, bool, list, tuple)) or entry is None else
+                 str(name) for name, entry in value.items()]  # an option's value; an agent's entry by its role
         return "{" + ", ".join(parts) + "}"
     return str(getattr(value, "value", value))

@@ -136,3 +136,9 @@ def test_a_symlinked_shard_or_a_latest_pointer_leaving_the_run_is_refused(clean_
     (run / "checkpoints" / "latest").write_text("../../elsewhere")
     assert main(["eval", f"model.checkpoint={run}", f"eval.log_dir={tmp_path / 'eval'}", *EVAL]) == 2
     assert "not a step directory inside" in capsys.readouterr().err
+
+
+def test_the_settings_taken_from_a_run_print_option_values():
+    from pettingllms.eval.run_settings import _describe
+
+    assert _describe({"settle": True, "game": "kuhn_poker"}) == "{settle=True, game=kuhn_poker}"
