@@ -92,7 +92,7 @@ RANGES: dict[str, Range] = {
     "rollout.branching": within(2, 1024, "K candidates form one GRPO group; K=1 makes every group a singleton and "
                                      "nothing is learned"),
     "rollout.val_samples": within(1, 1024, "episodes per validation problem"),
-    "rollout.playouts": within(0, 64, "0 = tree candidates never see a game's outcome; each costs a whole game"),
+    "rollout.playouts": within(0, 64, "0 = only a move that ends the game sees its outcome; each costs a whole game"),
     "reward.alpha": at_least(0, "weight of the team reward"),
     # algorithm
     "algorithm.filter_ratio": Range(0, 1, "the fraction of groups dropped", high_open=True),

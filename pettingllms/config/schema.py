@@ -167,8 +167,8 @@ class RolloutConfig(Freezable):
     val_samples: int = setting(1, "independent episodes per validation problem")
     playouts: int = setting(1, "tree mode, envs with an outcome (games): episodes played on from each candidate's "
                                "state to the end by the current policies; the candidate's reward gains its agent's "
-                               "mean outcome over them ([self_play.md](self_play.md#outcome-credit)). 0: tree candidates "
-                               "never see the outcome")
+                               "mean outcome over them ([self_play.md](self_play.md#outcome-credit)). 0: only a candidate "
+                               "that ends the game sees it")
 
 
 @dataclass

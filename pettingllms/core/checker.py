@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from pettingllms.core.env import Agent, Env, Problem, make_agents
+from pettingllms.core.env import Agent, Env, Problem, decides_who_acts, has_outcome, make_agents
 from pettingllms.core.types import Transition
 
 GARBAGE_RESPONSES: tuple[str, ...] = (
@@ -261,20 +261,7 @@ def check_env(
     @add("episode ends within max_turns")
     def _() -> str | None:
         for i, text in enumerate(GARBAGE_RESPONSES[:6]):
-            state, steps = env.reset(problems[0], seed + i), 0
-            for turn in range(env.max_turns):
-                done = False
-                for stage in _stages(env, state, turn):
-                    for role in stage:
-                        t = env.step(state, role, agents[role].parse(text))
-                        state, steps = t.state, steps + 1
-                        done = t.terminated or t.truncated
-                        if done:
-                            break
-                    if done:
-                        break
-                if done:
-                    break
+            steps = _play(env, agents, problems[0], seed + i, text).steps
             budget = env.max_turns * len(env.graph.agents)
             if steps > budget:
                 return f"took {steps} steps, more than max_turns x agents = {budget}"
@@ -348,13 +335,9 @@ def _apply_stage(env: Env, stage: Sequence[str], chosen: dict[str, tuple[float, 
     return step.state, step.terminated or step.truncated
 
 
-def _acts(env: Env) -> bool:
-    return type(env).acting_agents is not Env.acting_agents
-
-
 def _stages(env: Env, state: Any, turn: int) -> list[tuple[str, ...]]:
     """The stages of ``turn`` as the executor runs them: the env's acting agents, or the graph's stages."""
-    if not _acts(env):
+    if not decides_who_acts(env):
         return [tuple(stage) for stage in env.graph.stages(turn)]
     named = env.acting_agents(state)
     return [tuple(named)] if named else []
@@ -366,7 +349,7 @@ def _first_stage(env: Env, state: Any) -> tuple[str, ...]:
 
 
 def _check_acting(env: Env, state: Any) -> str | None:
-    if not _acts(env):
+    if not decides_who_acts(env):
         return None
     named = env.acting_agents(state)
     if named is None or isinstance(named, str) or not named:
@@ -380,29 +363,39 @@ def _check_acting(env: Env, state: Any) -> str | None:
     return None
 
 
+@dataclass
+class _Played:
+    """One episode played by ``_play``: its final state, steps, whether it terminated, who moved last, and each
+    agent's local reward on the state its own last move produced."""
+
+    state: Any
+    steps: int = 0
+    terminated: bool = False
+    last_mover: str | None = None
+    last_local: dict[str, Any] = field(default_factory=dict)
+
+
+def _play(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str) -> _Played:
+    """One episode as the executor runs its stages, every agent answering ``text``, each move applied at once."""
+    played = _Played(env.reset(problem, seed))
+    for turn in range(env.max_turns):
+        for stage in _stages(env, played.state, turn):
+            for role in stage:
+                step = env.step(played.state, role, agents[role].parse(text))
+                played.state, played.steps, played.last_mover = step.state, played.steps + 1, role
+                played.last_local[role] = agents[role].local_reward(step.state)
+                if step.terminated or step.truncated:
+                    played.terminated = step.terminated
+                    return played
+    return played
+
+
 def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str) -> str | None:
     """Play one episode with every agent answering ``text``; at its end, every agent's result must reach it."""
-    state, last_local, last_mover, done = env.reset(problem, seed), {}, None, False
-    for turn in range(env.max_turns):
-        for stage in _stages(env, state, turn):
-            for role in stage:
-                step = env.step(state, role, agents[role].parse(text))
-                state, last_mover = step.state, role
-                last_local[role] = agents[role].local_reward(state)
-                done = step.terminated or step.truncated
-                if done:
-                    break
-            if done:
-                break
-        if done:
-            break
-    if _acts(env) and not done:
-        stages = _stages(env, state, 0)
-        for role in stages[0] if stages else ():
-            if role not in env.graph.agents:
-                return f"acting_agents names {role!r}, not in graph.agents {list(env.graph.agents)}"
+    played = _play(env, agents, problem, seed, text)
+    state, last_mover = played.state, played.last_mover
     where = f"problem {problem.problem_id!r}, every agent answering {_short(text)}"
-    if type(env).outcome is not Env.outcome:
+    if has_outcome(env):
         outcome = env.outcome(state)
         if outcome is None:
             return None
@@ -413,9 +406,9 @@ def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: i
             return f"outcome names {unknown}, not agents of the env {list(env.graph.agents)} ({where})"
         bad = {a: v for a, v in outcome.items() if not _finite_number(v)}
         return f"outcome values must be finite numbers, got {bad} ({where})" if bad else None
-    if not done:
+    if not played.terminated:  # as the run: a result is looked for only where the game ended
         return None
-    for role, before in last_local.items():
+    for role, before in played.last_local.items():
         if role == last_mover:
             continue
         now = agents[role].local_reward(state)

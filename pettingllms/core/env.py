@@ -139,6 +139,16 @@ class Env(ABC):
         return repr(state)[:500]
 
 
+def decides_who_acts(env: Env) -> bool:
+    """Whether ``env`` names its acting agents (overrides ``Env.acting_agents``) instead of following its graph."""
+    return type(env).acting_agents is not Env.acting_agents
+
+
+def has_outcome(env: Env) -> bool:
+    """Whether ``env`` reports per-agent outcomes (overrides ``Env.outcome``): a game."""
+    return type(env).outcome is not Env.outcome
+
+
 def make_agents(
     env: Env,
     classes: Mapping[str, str] | None = None,

@@ -34,9 +34,9 @@ A game's result (``Env.outcome(final state)``, per agent) reaches every move of 
   move that sets up the opponent's win scores below one that does not;
 - independent mode: a candidate's own episode is its playout: its reward gains its agent's outcome there;
 - trajectory mode: the outcome joins each agent's return.
-An env that has no ``outcome`` but whose agent's local reward changes through another agent's last move (a game
-wrapper returning the loser's -1 from ``local_reward``) would lose that change: the run stops there, naming the
-agent and the fix (``_check_final_locals``).
+An env without ``outcome`` whose terminal state gives an agent a local reward its own last move had left at 0 (a
+game wrapper returning the loser's -1 from ``local_reward`` once the winner has moved) would lose it: the run stops
+there, naming the agent and the fix (``_check_final_locals``).
 
 Every reward is read in one place, ``_rewards`` (a candidate's team and local reward, and an episode's final team
 reward): a NaN or infinite value stops the run there, naming the env, agent, turn, problem and output
@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from pettingllms.core.env import Agent, Env, Problem
+from pettingllms.core.env import Agent, Env, Problem, decides_who_acts, has_outcome
 from pettingllms.core.choices import NonFiniteReward, RolloutMode, Selection
 from pettingllms.core.errors import ConfigError, EnvError, PromptTooLongError
 from pettingllms.core.part_clock import PartClock
@@ -266,7 +266,7 @@ class Executor:
             for index, stage in enumerate(stages):
                 try:
                     nodes = await self._expand(batcher, state, turn, stage, episode, problem, k, validation,
-                                               next_position=_after(turn, index, stages, self._acting))
+                                               next_position=_after(turn, index, len(stages)))
                 except PromptTooLongError as exc:
                     if turn == 0:
                         raise  # the task itself does not fit: a data or config problem
@@ -320,17 +320,9 @@ class Executor:
         return _EpisodeOutput(samples, record)
 
     # ----------------------------------------------------------------------------------------------- games
-    @property
-    def _acting(self) -> bool:
-        return type(self.env).acting_agents is not Env.acting_agents
-
-    @property
-    def _has_outcome(self) -> bool:
-        return type(self.env).outcome is not Env.outcome
-
     def _stages(self, state: Any, turn: int, problem: Problem) -> list[tuple[str, ...]]:
         """The stages of ``turn`` from ``state``: the env's acting agents as one stage, or the graph's stages."""
-        if not self._acting:
+        if not decides_who_acts(self.env):
             return [tuple(stage) for stage in self.env.graph.stages(turn)]
         with self._clock.part(ENV):
             named = self.env.acting_agents(state)
@@ -349,25 +341,29 @@ class Executor:
 
     async def _value_by_playouts(self, batcher: RequestBatcher, node: _Node, episode: str, problem: Problem) -> None:
         """Tree mode, env with an outcome: each selectable candidate's ``outcome`` is its agent's mean outcome over
-        ``playouts`` episodes continued from its state to the end (its own terminal state: that outcome, once)."""
-        jobs, owners = [], []
+        ``playouts`` episodes continued from its state to the end; a candidate that ended the episode takes that
+        episode's outcome (with ``playouts=0`` it is the only one that sees any)."""
+        context = f"a playout after agent {node.agent!r}'s turn {node.turn}"
+
+        def agents_outcome(final: Any) -> float:
+            return (self._outcome(final, problem, context) or {}).get(node.agent, 0.0)
+
+        playouts, owners = [], []
         for index, c in enumerate(node.candidates):
             if not c.selectable:
                 continue
-            done = c.transition.terminated or c.transition.truncated
-            for j in range(1 if done else self.config.playouts):
+            if c.transition.terminated or c.transition.truncated:
+                c.outcome = agents_outcome(c.transition.state)
+                continue
+            for j in range(self.config.playouts):
                 tag = f"{episode}/t{node.turn:03d}/{node.agent}/k{index}/playout{j}"
-                jobs.append(c.transition.state if done else
-                            self._playout(batcher, c.transition.state, node.next_position, tag, problem))
+                playouts.append(self._playout(batcher, c.transition.state, node.next_position, tag, problem))
                 owners.append(c)
-        finals = await asyncio.gather(*(j if asyncio.iscoroutine(j) else _ready(j) for j in jobs))
-        values: dict[int, list[float]] = {}
-        for c, final in zip(owners, finals):
-            outcomes = self._outcome(final, problem, f"a playout after agent {node.agent!r}'s turn {node.turn}")
-            values.setdefault(id(c), []).append(outcomes.get(node.agent, 0.0) if outcomes else 0.0)
+        finals = await asyncio.gather(*playouts)
         for c in node.candidates:
-            if id(c) in values:
-                c.outcome = sum(values[id(c)]) / len(values[id(c)])
+            mine = [agents_outcome(final) for owner, final in zip(owners, finals) if owner is c]
+            if mine:
+                c.outcome = sum(mine) / len(mine)
 
     async def _playout(self, batcher: RequestBatcher, state: Any, position: tuple[int, int], tag: str,
                        problem: Problem) -> Any:
@@ -395,7 +391,7 @@ class Executor:
     def _outcome(self, state: Any, problem: Problem, context: str) -> dict[str, float] | None:
         """``env.outcome(state)`` checked: a mapping of known agents to finite numbers (non-finite values follow
         reward.non_finite: an error, or 0 and counted), or None for envs without one."""
-        if not self._has_outcome:
+        if not has_outcome(self.env):
             return None
         where = f"{type(self.env).__name__}.outcome on problem {problem.problem_id!r}, {context}"
         with self._clock.part(ENV):
@@ -479,7 +475,7 @@ class Executor:
         results = await batcher.generate_many(requests)
         for node, result in zip(nodes, results):
             node.candidates = await self._score(state, node.agent, result.completions, problem, turn)
-        if self._has_outcome and not playout and not validation and self.config.mode == "tree":
+        if has_outcome(self.env) and not playout and not validation and self.config.mode == "tree":
             await asyncio.gather(*(self._value_by_playouts(batcher, node, episode, problem) for node in nodes))
         return nodes
 
@@ -664,14 +660,10 @@ def _excerpt(text: str) -> str:
     return f"{text[:OUTPUT_EXCERPT]!r}... ({len(text)} chars)"
 
 
-async def _ready(value: Any) -> Any:
-    return value
-
-
-def _after(turn: int, index: int, stages: Sequence[Sequence[str]], acting: bool) -> tuple[int, int]:
-    """(turn, stage index) where play goes on after stage ``index`` of ``turn``: the next stage, or the next turn's
-    first (always, for an env that names its acting agents: each of its turns is one stage)."""
-    if acting or index + 1 >= len(stages):
+def _after(turn: int, index: int, stage_count: int) -> tuple[int, int]:
+    """(turn, stage index) where play goes on after stage ``index`` of ``turn``'s ``stage_count``: the next stage, or
+    the next turn's first (always, for an env that names its acting agents: each of its turns is one stage)."""
+    if index + 1 >= stage_count:
         return turn + 1, 0
     return turn, index + 1
 

@@ -30,9 +30,7 @@ class StepProgress:
         reward = sum(rewards) / len(rewards) if rewards else float("nan")
         parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
         parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
-        parts += [f"{k.split('/')[1]} W/D/L {v:.2f}/{metrics[k[:-8] + 'draw_rate']:.2f}/"
-                  f"{metrics[k[:-8] + 'loss_rate']:.2f}" for k, v in metrics.items()
-                  if k.startswith("episode/") and k.endswith("/win_rate")]  # games: each seat's results
+        parts += [_seat_results(metrics, seat) for seat in _seats(metrics)]  # games: each seat's W/D/L
         timing = step_line(metrics)  # the step's seconds and where they went
         if timing is not None:
             parts.append(timing)
@@ -49,3 +47,13 @@ class StepProgress:
 
     def __exit__(self, *exc) -> None:
         self.bar.close()
+
+
+def _seats(metrics: Mapping[str, float]) -> list[str]:
+    """The seats with results this step (``episode/<seat>/win_rate``, written for envs with an outcome)."""
+    return [k.split("/")[1] for k in metrics if k.startswith("episode/") and k.endswith("/win_rate")]
+
+
+def _seat_results(metrics: Mapping[str, float], seat: str) -> str:
+    rates = "/".join(f"{metrics[f'episode/{seat}/{name}_rate']:.2f}" for name in ("win", "draw", "loss"))
+    return f"{seat} W/D/L {rates}"

@@ -27,7 +27,8 @@ from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
-from pettingllms.core import ConfigError, Env, Sample, StoppedBySignal
+from pettingllms.core import ConfigError, Sample, StoppedBySignal
+from pettingllms.core.env import has_outcome
 from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
 from pettingllms.rollout.executor import Executor
@@ -126,7 +127,7 @@ class Trainer:
         self._release.callback(self._shutdown_policies)
         clients = self.policies.clients()
         self.executor = Executor(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
-        self.signal_watch = SignalWatch(type(self.plan.env).outcome is not Env.outcome, cfg.rollout.playouts,
+        self.signal_watch = SignalWatch(has_outcome(self.plan.env), cfg.rollout.playouts,
                                         str(getattr(cfg.rollout.mode, "value", cfg.rollout.mode)))
         self.step_done = 0
         if resume_from is not None:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+from pettingllms.envs.seats import example_problems, seeded_problems
 
-TEST_SEED_OFFSET = 10**9
 OPPONENTS = ("self", "random", "mcts")
 TRAINED = "player"  # the one agent when the other seats are played by a fixed opponent
 
@@ -95,12 +95,11 @@ class OpenSpielEnv(Env):
 
     # ------------------------------------------------------------------------------------------- problems
     def procedural_problems(self, split: str, count: int) -> list[Problem]:
-        offset = {"train": 0, "test": TEST_SEED_OFFSET}[split]
-        return [Problem(f"{self.name}-{offset + i}", {"seed": offset + i}) for i in range(count)]
+        return seeded_problems(self.name, split, count)
 
     @classmethod
     def example_problems(cls, n: int = 2) -> Sequence[Problem]:
-        return [Problem(f"example-{i}", {"seed": i}) for i in range(n)]
+        return example_problems(n)
 
     # ------------------------------------------------------------------------------------------- transitions
     def reset(self, problem: Problem, seed: int) -> SpielState:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+from pettingllms.envs.seats import example_problems, seeded_problems
 
-TEST_SEED_OFFSET = 10**9
 PLAYERS = 2
 SEATS = tuple(f"player_{i}" for i in range(PLAYERS))
 _REPLAY = threading.Lock()  # TextArena draws from the module-level ``random``: one replay at a time
@@ -66,12 +66,11 @@ class TextArenaEnv(Env):
         self.game = game
 
     def procedural_problems(self, split: str, count: int) -> list[Problem]:
-        offset = {"train": 0, "test": TEST_SEED_OFFSET}[split]
-        return [Problem(f"{self.game}-{offset + i}", {"seed": offset + i}) for i in range(count)]
+        return seeded_problems(self.game, split, count)
 
     @classmethod
     def example_problems(cls, n: int = 2) -> Sequence[Problem]:
-        return [Problem(f"example-{i}", {"seed": i}) for i in range(n)]
+        return example_problems(n)
 
     def reset(self, problem: Problem, seed: int) -> ArenaState:
         return self._play(int(problem.data.get("seed", 0)) * 1_000_003 + seed, ())
