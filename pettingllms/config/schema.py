@@ -327,6 +327,10 @@ class EvalModelConfig(Freezable):
                                           "and those settings must come from the command line")
     adapters: Optional[str] = setting(None, "a folder of exported LoRA adapters, applied to "
                                             "`base_models.policy_0.path`")
+    opponent: Optional[str] = setting(None, "games: every agent in turn plays with the evaluated weights while the "
+                                            "others play this opponent: `base` (the base models), a trainer run or "
+                                            "`checkpoints/step_N`, or an OpenAI-compatible API root "
+                                            "(`model.served_name` names its model); results per seat")
     tokenizer: Optional[str] = setting(None, "tokenizer and chat template to use when the model directory has none, "
                                              "or for a server")
     server_url: Optional[str] = setting(None, "an OpenAI-compatible API root, including `/v1`")

@@ -25,8 +25,9 @@ log = logging.getLogger("pettingllms.eval")
 RUN_CONFIG = "config.yaml"
 
 
-def resolve_checkpoint(spec: str) -> tuple[Path, Path]:
-    """(checkpoint dir, run dir) for a run directory (its latest checkpoint) or a ``checkpoints/step_N`` dir."""
+def resolve_checkpoint(spec: str, key: str = "model.checkpoint") -> tuple[Path, Path]:
+    """(checkpoint dir, run dir) for a run directory (its latest checkpoint) or a ``checkpoints/step_N`` dir, named
+    by the setting ``key``."""
     path = Path(spec).expanduser()
     if (path / ckpt.STATE_FILE).is_file():
         ckpt.check_checkpoint(path)
@@ -34,11 +35,11 @@ def resolve_checkpoint(spec: str) -> tuple[Path, Path]:
     if (path / "checkpoints").is_dir():
         latest = ckpt.latest_checkpoint(path / "checkpoints")
         if latest is None:
-            raise ConfigError(f"model.checkpoint={spec!r}: {path / 'checkpoints'} has no complete checkpoint "
+            raise ConfigError(f"{key}={spec!r}: {path / 'checkpoints'} has no complete checkpoint "
                               f"(no '{ckpt.LATEST}' pointer to a step directory)")
         ckpt.check_checkpoint(latest)
         return latest, path
-    raise ConfigError(f"model.checkpoint={spec!r} is neither a trainer run directory (with checkpoints/) nor a "
+    raise ConfigError(f"{key}={spec!r} is neither a trainer run directory (with checkpoints/) nor a "
                       f"checkpoints/step_N directory (with {ckpt.STATE_FILE})")
 
 

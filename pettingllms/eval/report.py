@@ -53,7 +53,8 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
                            _num(a["local_reward_mean"]), _num(a["response_tokens_mean"], 1))
     console.print(headline)
     console.print(agents)
-    seats = [(key, seat, r) for key, b in summary["benchmarks"].items() for seat, r in b.get("seats", {}).items()]
+    seats = [(key, _seat_label(seat, b.get("seat")), r) for key, b in summary["benchmarks"].items()
+             for seat, r in b.get("seats", {}).items()]
     if seats:  # games: each seat's results with 95% Wilson intervals
         table = Table(title="per seat (games): win / draw / loss, 95% interval")
         for column in ("benchmark", "seat", "games", "win", "draw", "loss", "outcome"):
@@ -63,6 +64,13 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
                           _num(r["outcome_mean"]))
         console.print(table)
     console.print(f"records and {SUMMARY_FILE}: {summary['run_dir']}")
+
+
+def _seat_label(seat: str, evaluated: str | None) -> str:
+    """Against ``model.opponent`` each pass has one seat with the evaluated weights; the others are the opponent's."""
+    if evaluated is None:
+        return seat
+    return f"{seat} (evaluated)" if seat == evaluated else f"{seat} (opponent)"
 
 
 def _rate(row: Mapping[str, Any], name: str) -> str:

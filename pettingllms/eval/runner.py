@@ -33,6 +33,7 @@ from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
 from pettingllms.core import ConfigError, InfrastructureError, Problem, SamplingParams
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
+from pettingllms.eval.opponents import check_opponent, is_opponent, load_opponent, merged, seatings
 from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_specs
 from pettingllms.eval.records import benchmark_summary, problem_record, sample_record
 from pettingllms.eval.report import print_summary, write_summary
@@ -41,7 +42,7 @@ from pettingllms.eval.tasks import (
     Benchmark, EnvTask, EvalSettings, agent_sampling, check_agent_names, eval_settings, plan_tasks,
 )
 from pettingllms.eval.trace import success_trace
-from pettingllms.rollout.executor import Executor, RolloutResult
+from pettingllms.rollout.executor import AgentSpec, Executor, RolloutResult
 from pettingllms.rollout.policy_client import PolicyClient
 
 log = logging.getLogger("pettingllms.eval")
@@ -79,9 +80,11 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
                 log.info("settings from the run %s (a key=value on the command line overrides any): %s", checkpoint,
                          ", ".join(f"{key}={value}" for key, value in from_run.items()))
             for task in tasks:
-                executor = _executor(task, policies, sampling[task.env_name], cfg)
-                for bench in task.benchmarks:
-                    results[bench.key] = run_benchmark(executor, task, bench, settings, run_dir)
+                for seat, specs in seatings(task.plan.agent_specs, opponent=bool(cfg.model.opponent)):
+                    executor = _executor(task, specs, policies, sampling[task.env_name], cfg)
+                    for bench in task.benchmarks:
+                        key = bench.key if seat is None else f"{bench.key}@{seat}"
+                        results[key] = run_benchmark(executor, task, bench, settings, run_dir, key, seat)
     finally:
         policies.close()
     # 4. The summary: summary.json and the tables.
@@ -132,6 +135,8 @@ def prepare(cfg: EvalRunConfig, user_keys: Collection[str] = ()
         settings = with_settings_of_run(cfg, read_run_config(run), user_keys, run)
         cfg, from_run = settings.config, settings.taken
     tasks = plan_tasks(cfg)
+    if cfg.model.opponent:
+        check_opponent(cfg.model.opponent, cfg.base_models)
     check_agent_names(user_cfg, tasks)  # not the run's own agent entries: they name the roles it trained
     return cfg, checkpoint, tasks, from_run
 
@@ -152,29 +157,32 @@ def check_sources(cfg: EvalRunConfig) -> None:
 
 
 def run_benchmark(executor: Executor, task: EnvTask, bench: Benchmark, settings: EvalSettings,
-                  run_dir: Path) -> dict[str, Any]:
-    """Roll out every problem ``settings.n`` times, write its records, and summarise them."""
+                  run_dir: Path, key: str | None = None, seat: str | None = None) -> dict[str, Any]:
+    """Roll out every problem ``settings.n`` times, write its records, and summarise them. ``key``: the records'
+    and summary's name (default ``bench.key``); ``seat``: the agent with the evaluated weights, against an opponent."""
     start = time.perf_counter()
-    path = run_dir / "records" / f"{bench.key}.jsonl"  # <env>/<label>: a file entry's stem, never its path
+    key = key or bench.key
+    path = run_dir / "records" / f"{key}.jsonl"  # <env>/<label>[@<seat>]: a file entry's stem, never its path
     path.parent.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
     timings: dict[str, float] = defaultdict(float)
-    with path.open("w") as fh, tqdm(total=len(bench.problems), desc=bench.key, unit="problem",
+    with path.open("w") as fh, tqdm(total=len(bench.problems), desc=key, unit="problem",
                                      dynamic_ncols=True) as bar:
         for first in range(0, len(bench.problems), settings.batch_problems):
             chunk = bench.problems[first:first + settings.batch_problems]
             seeds = list(range(first, first + len(chunk)))  # the trainer's validation seeds: the problem index
             result = executor.run(chunk, seeds, validation=True, n=settings.n)
-            for record in batch_records(task, bench.key, chunk, seeds, result, settings):
+            for record in batch_records(task, key, chunk, seeds, result, settings):
                 fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
                 records.append(record)
             for name, value in result.timings.items():
                 timings[name] += value
             bar.update(len(chunk))
-    summary = {"env": task.env_name, "benchmark": bench.name, "records": str(path.relative_to(run_dir)),
+    summary = {"env": task.env_name, "benchmark": bench.name, **({"seat": seat} if seat else {}),
+               "records": str(path.relative_to(run_dir)),
                **benchmark_summary(records, settings.ks, task.plan.env.max_turns),
                "elapsed_s": time.perf_counter() - start, "timings": dict(timings)}
-    log.info("%s: %s", bench.key, {k: v for k, v in summary.items() if k.startswith("pass@")})
+    log.info("%s: %s", key, {k: v for k, v in summary.items() if k.startswith("pass@")})
     return summary
 
 
@@ -204,16 +212,24 @@ def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, 
         return LoadedPolicies(dict(clients), described={p: "client given by the caller" for p in clients})
     roles = list(dict.fromkeys(role for t in tasks for role in t.plan.agents))
     specs = merge_specs([spec for t in tasks for spec in t.plan.worker_specs])
-    return load_policies(cfg.model, specs, roles, settings.seed, checkpoint)
+    evaluated = load_policies(cfg.model, specs, roles, settings.seed, checkpoint)
+    if not cfg.model.opponent:
+        return evaluated
+    try:
+        return merged(evaluated, load_opponent(cfg.model, specs, roles, settings.seed))
+    except BaseException:
+        evaluated.close()
+        raise
 
 
-def _executor(task: EnvTask, policies: LoadedPolicies, sampling: Mapping[str, SamplingParams],
-              cfg: EvalRunConfig) -> Executor:
-    """The trainer's executor with each agent's eval sampling (validation mode is independent episodes)."""
+def _executor(task: EnvTask, agent_specs: Mapping[str, AgentSpec], policies: LoadedPolicies,
+              sampling: Mapping[str, SamplingParams], cfg: EvalRunConfig) -> Executor:
+    """The trainer's executor with each agent's eval sampling (validation mode is independent episodes).
+    ``agent_specs``: the task's, or a seating's against an opponent (``eval/opponents.py``)."""
     specs = {
-        role: dataclasses.replace(spec, val_sampling=sampling[role],
-                                  adapter=policies.agent_adapters.get(role, spec.adapter))
-        for role, spec in task.plan.agent_specs.items()
+        role: dataclasses.replace(spec, val_sampling=sampling[role], adapter=spec.adapter if is_opponent(spec.policy)
+                                  else policies.agent_adapters.get(role, spec.adapter))
+        for role, spec in agent_specs.items()
     }
     config = dataclasses.replace(task.plan.executor_config, max_prompt_length=cfg.training.max_prompt_length,
                                  max_response_length=max(s.max_tokens for s in sampling.values()))
@@ -233,6 +249,7 @@ def _model_description(cfg: EvalRunConfig, tasks: list[EnvTask], policies: Loade
         for role, spec in task.plan.agent_specs.items():
             agents[role] = {"policy": spec.policy, "adapter": policies.agent_adapters.get(role, spec.adapter)}
     return {"specialization": cfg.specialization, "checkpoint": str(checkpoint) if checkpoint else None,
+            **({"opponent": cfg.model.opponent} if cfg.model.opponent else {}),
             "policies": policies.described, "agents": agents}
 
 
