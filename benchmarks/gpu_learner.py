@@ -22,8 +22,9 @@ the AdamW state; ``--repeats`` more are measured.
 
 Cases: ``single`` (GPU_num=1 as shipped: one rank, no FSDP), ``fsdp`` (``fsdp.enabled=true``: FSDP2 over NCCL with
 one rank: the mixed-precision policy and the DTensor all-gather stream that every multi-GPU run uses), ``lora``
-(``math_L2_lora.sh``: one adapter per agent over the fp32 base) and ``checkpointing`` (``single`` with
-``optim.gradient_checkpointing=true``).
+(``math_L2_lora.sh``: one adapter per agent over the fp32 base), ``checkpointing`` (``single`` with
+``optim.gradient_checkpointing=true``) and ``chunked`` (``single`` with ``optim.logprob_chunk_tokens=1024``: the LM
+head's fp32 logits a chunk at a time, ``learner/logprob_head.py``).
 
 Measured per case: update and sync seconds (medians), trained tokens/s, the peak allocated during the update above
 what was allocated before it (``torch.cuda.max_memory_allocated``) against the plan's learner estimate for the same
@@ -64,6 +65,7 @@ CASES = {
     "fsdp": ("math_L1_prompt.sh", ["base_models.policy_0.fsdp.enabled=true"]),
     "lora": ("math_L2_lora.sh", []),  # one LoRA adapter per agent: the adapters stream, the base stays
     "checkpointing": ("math_L1_prompt.sh", ["optim.gradient_checkpointing=true"]),
+    "chunked": ("math_L1_prompt.sh", ["optim.logprob_chunk_tokens=1024"]),  # the LM head 1,024 tokens at a time
 }
 # --quick: CPU, tiny replica, short lengths (the script's CPU override too: float32 without a GPU).
 QUICK_OVERRIDES = ["resources.gpus_per_policy=0", "base_models.policy_0.dtype=float32",

@@ -267,6 +267,15 @@ class LearnerSetup:
     entropy_grad: bool = False
     foreach_optimizer: bool = True
     expand_kv: bool = True
+    logprob_chunk_tokens: int = 0  # the chunked LM head's chunk (learner/logprob_head.py); 0 = dense
+
+    @property
+    def logits_at_once(self) -> int:
+        """Positions whose fp32 logits exist at once: every logit position, or one chunk of the chunked head (its
+        backward recomputes one chunk at a time)."""
+        if self.logprob_chunk_tokens:
+            return min(self.logit_tokens, self.logprob_chunk_tokens)
+        return self.logit_tokens
 
     @property
     def lora(self) -> bool:
@@ -385,7 +394,7 @@ def logits_copies(setup: LearnerSetup) -> int:
 
 
 def logits_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
-    return logits_copies(setup) * setup.logit_tokens * shape.vocab * FP32
+    return logits_copies(setup) * setup.logits_at_once * shape.vocab * FP32
 
 
 def compute_copy_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
@@ -517,8 +526,10 @@ def learner_memory(shape: ModelShape, setup: LearnerSetup) -> LearnerMemory:
         Term("attention masks", mask_bytes(shape, setup),
              f"{setup.mask_elements:,} mask entries x (1 B bool + {setup.compute_bytes} B additive copy in "
              f"{1 if setup.gradient_checkpointing else shape.layers} layer(s))"),
-        Term("logits", logits_bytes(shape, setup), f"{logits_copies(setup)} x {setup.logit_tokens} tokens x "
-                                                   f"{shape.vocab:,} vocab x 4 B (fp32; logsumexp backward)"),
+        Term("logits", logits_bytes(shape, setup), f"{logits_copies(setup)} x {setup.logits_at_once} tokens x "
+                                                   f"{shape.vocab:,} vocab x 4 B (fp32; logsumexp backward"
+                                                   + (", one chunk of optim.logprob_chunk_tokens)"
+                                                      if setup.logprob_chunk_tokens else ")")),
     ]
     moments = update_moments(shape, setup)
     peak = base + grads + adam + max(m.bytes for m in moments)
@@ -714,6 +725,7 @@ def gpu_plans(policies: Sequence[PolicyInput], gpu_bytes: float | None) -> list[
 
 
 # ----------------------------------------------------------------------------------------------------- fixes
+LOGPROB_CHUNK_FIX = 1024  # the chunk the plan offers: 0.6 GB of fp32 logits per copy at Qwen3's vocabulary
 @dataclass(frozen=True)
 class Fix:
     overrides: str  # what to add to the command line
@@ -758,6 +770,9 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
                 "max_response_length tokens is one forward)", [_tokens(p, longest) for p in policies])
     if any(not p.learner.gradient_checkpointing for p in trained):
         add("optim.gradient_checkpointing=true", [_learner(p, gradient_checkpointing=True) for p in policies])
+    if any(not p.learner.logprob_chunk_tokens for p in trained):
+        add(f"optim.logprob_chunk_tokens={LOGPROB_CHUNK_FIX} (the LM head's fp32 logits {LOGPROB_CHUNK_FIX} tokens at "
+            "a time)", [_learner(p, logprob_chunk_tokens=LOGPROB_CHUNK_FIX) for p in policies])
     whole = [p for p in trained if p.gpus >= 1]
     if whole:
         step = math.lcm(*(p.tensor_parallel for p in whole))
@@ -804,7 +819,8 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
     if found and not any(fix.fits for fix in found):
         together = _all_together(policies, gpu_bytes)
         peak, fits = _evaluate(together, gpu_bytes)
-        found.append(Fix("all of these together (LoRA, checkpointing, CPU offload, the smallest micro-batch)", peak,
+        found.append(Fix("all of these together (LoRA, checkpointing, chunked logits, CPU offload, the smallest "
+                         "micro-batch)", peak,
                          fits))
     return found
 
@@ -867,7 +883,8 @@ def _all_together(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Pol
     for p in policies:
         if p.learner.trainable:
             p = _tokens(p, 1)
-            p = _learner(p, gradient_checkpointing=True, cpu_offload=True, sharded=True)
+            p = _learner(p, gradient_checkpointing=True, cpu_offload=True, sharded=True,
+                         logprob_chunk_tokens=p.learner.logprob_chunk_tokens or LOGPROB_CHUNK_FIX)
             if not p.learner.lora:
                 p = _lora(p)
         out.append(p)
@@ -1080,6 +1097,7 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         reference_copy=bool(spec.trainable and learner.kl.enabled and lora is None),
         entropy_grad=learner.entropy_coeff > 0,
         foreach_optimizer=not (fsdp is not None and fsdp.cpu_offload),
+        logprob_chunk_tokens=int(learner.logprob_chunk_tokens),
     ).with_tokens(max(int(learner.micro_batch_max_tokens), longest_sample))
     options = vllm_options(spec)
     max_model_len = int(options.get("max_model_len") or shape.max_positions or longest_sample)

@@ -115,6 +115,7 @@ RANGES: dict[str, Range] = {
     "optim.ppo_epochs": at_least(1, "passes over a step's samples"),
     "optim.ppo_mini_batch_size": at_least(0, "0 = the whole batch"),
     "optim.micro_batch_max_tokens": at_least(1, "tokens per forward pass"),
+    "optim.logprob_chunk_tokens": at_least(0, "response tokens per chunk of the LM head (0 = dense)"),
     "optim.max_nonfinite_grad_steps": at_least(0, "0 = never stop"),
     # training
     "training.total_training_steps": at_least(1, "training steps; also the learning-rate schedule's length"),

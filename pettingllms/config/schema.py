@@ -235,6 +235,10 @@ class OptimConfig(Freezable):
     micro_batch_max_tokens: int = setting(8192, "token budget per forward pass; gradients accumulate beyond it")
     pack_shared_prompts: bool = setting(True, "forward the K branches of a tree node as one row that shares the "
                                               "prompt (the same logits, far fewer forward tokens)")
+    logprob_chunk_tokens: int = setting(0, "0: the LM head computes float32 logits of a whole micro-batch (the "
+                                           "memory plan's largest term at large vocabularies). N: the response "
+                                           "tokens' log-probs N tokens at a time, each chunk's logits recomputed in "
+                                           "the backward; the same values up to rounding")
     gradient_checkpointing: bool = setting(False, "trade compute for activation memory")
     max_nonfinite_grad_steps: int = setting(3, "NaN/inf-gradient steps in a row that stop the run; 0 = never stop. "
                                                "A step whose gradient norm is NaN/inf moves no weight and is logged "

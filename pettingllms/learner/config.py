@@ -68,6 +68,8 @@ class LearnerConfig:
     ppo_mini_batch_size: int  # sequences per optimizer step (per adapter under LoRA); 0 = whole batch
     micro_batch_max_tokens: int  # padded tokens per forward; gradients accumulate over micro-batches
     pack_shared_prompts: bool  # one forward row per shared prompt (tree branches); same logits, fewer tokens
+    # Response tokens per chunk of the LM head (learner/logprob_head.py); 0 = the dense head over every kept column.
+    logprob_chunk_tokens: int
     clip_ratio_low: float  # algorithm.clip_ratio_low
     clip_ratio_high: float  # algorithm.clip_ratio_high
     clip_ratio_c: float  # dual-clip bound for negative advantages
@@ -123,6 +125,7 @@ class LearnerConfig:
         _check(
             self.micro_batch_max_tokens > 0, f"micro_batch_max_tokens must be > 0, got {self.micro_batch_max_tokens}"
         )
+        _check(self.logprob_chunk_tokens >= 0, f"logprob_chunk_tokens must be >= 0, got {self.logprob_chunk_tokens}")
         _check(0 < self.clip_ratio_low < 1, f"clip_ratio_low must be in (0, 1), got {self.clip_ratio_low}")
         _check(self.clip_ratio_high > 0, f"clip_ratio_high must be > 0, got {self.clip_ratio_high}")
         _check(self.clip_ratio_c > 1, f"clip_ratio_c (dual clip) must be > 1, got {self.clip_ratio_c}")

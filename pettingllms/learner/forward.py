@@ -43,6 +43,7 @@ from pettingllms.learner.batching import (
 )
 from pettingllms.learner.config import LearnerConfig
 from pettingllms.learner.data_parallel import DataParallel, padded_plan
+from pettingllms.learner.logprob_head import ENTROPY, LOG_PROB, RAW, TokenTargets, chunked_head, plain_lm_head
 from pettingllms.learner.masks import AttentionLayout
 from pettingllms.learner.rollout_check import RolloutAgreement
 from pettingllms.learner.streams import Streams
@@ -75,6 +76,8 @@ class ForwardPass:
         self.pad_token_id = pad_token_id
         self.data_parallel = data_parallel
         self.attention = AttentionLayout.of(model)
+        if config.logprob_chunk_tokens:
+            plain_lm_head(model)  # refused at construction, not at the first update
         disabled = zero_dropout(model)
         if disabled:
             log.warning("dropout is not applied in RL updates (the engine samples without it, and old and new "
@@ -148,6 +151,8 @@ class ForwardPass:
         (what engines report; for the rollout check), detached, when ``raw``. Logits are upcast to fp32 first, so
         bf16 autocast does not round the log-probs.
         """
+        if self.config.logprob_chunk_tokens:
+            return self._chunked_log_probs(model, batch, entropy=entropy, raw=raw)
         logits, first_col = self._logits(model, batch)
         scaled = tempered(logits, batch)
         log_probs = response_log_probs(scaled, batch, first_col)
@@ -163,6 +168,37 @@ class ForwardPass:
                 raw_log_probs = log_probs.detach() if scaled is logits else response_log_probs(
                     logits.detach(), batch, first_col)
         return log_probs, entropies, raw_log_probs
+
+    def _chunked_log_probs(
+        self, model: nn.Module, batch: PolicyBatch, *, entropy: str, raw: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``log_probs`` through the chunked LM head (``learner/logprob_head.py``): the same values, without the
+        float32 logits of the whole micro-batch."""
+        first_col = batch.first_logit_column
+        seq_len = batch.input_ids.shape[1]
+        valid = valid_response_tokens(batch)  # (N, T)
+        columns = (batch.logit_columns - first_col).clamp(min=0, max=seq_len - first_col - 1)
+        rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
+        targets = TokenTargets(rows=rows[valid], columns=columns[valid], ids=batch.response_ids[valid],
+                               temperatures=batch.row_temperatures.to(rows.device)[rows[valid]],
+                               entropy=entropy != "none", raw=raw)
+        with self._autocast(), chunked_head(plain_lm_head(model), targets, self.config.logprob_chunk_tokens):
+            output = model(
+                input_ids=batch.input_ids,
+                attention_mask=self.attention.masks(batch.attention_mask, batch.position_ids),
+                position_ids=batch.position_ids,
+                use_cache=False,
+                logits_to_keep=seq_len - first_col,
+            )
+        values = output.logits[0]  # (M, 3): log-prob, entropy, raw log-prob of each valid token
+        per_token = values.new_zeros((*valid.shape, values.shape[-1])).index_put((valid,), values)
+        log_probs = per_token[..., LOG_PROB]
+        entropies = None
+        if entropy == "grad":
+            entropies = per_token[..., ENTROPY]
+        elif entropy == "detached":
+            entropies = per_token[..., ENTROPY].detach()
+        return log_probs, entropies, per_token[..., RAW].detach() if raw else None
 
     def padding_pass(self, model: nn.Module, sample: Sample, *, backward: bool) -> None:
         """A forward (and backward) that changes nothing, run where another rank has a real micro-batch.

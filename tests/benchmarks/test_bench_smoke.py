@@ -209,3 +209,13 @@ def test_gpu_smoke_quick(tmp_path):
     assert l1["script"] == "scripts/train/math/math_L1_prompt.sh" and [s["step"] for s in l1["steps"]] == [1, 2]
     assert all(s["update_s"] > 0 and s["step_s"] >= s["update_s"] for s in l1["steps"])
     assert l1["medians"]["update_s"] == l1["steps"][1]["update_s"]  # the first step (warm-up) is left out
+
+
+@pytest.mark.bench
+def test_logprob_head_quick(tmp_path):
+    report = run_quick("logprob_head", tmp_path)
+    for name in ("dense", "chunked"):
+        sample = report["samples"][name]
+        assert sample["peak_growth_mib"] >= 0 and len(sample["seconds"]) == report["config"]["repeats"]
+    planned = {name: report["samples"][name]["planned_logits_mib"] for name in ("dense", "chunked")}
+    assert planned["chunked"] < planned["dense"]  # one chunk of logits instead of every position's
