@@ -123,6 +123,11 @@ def restore(view: StateView, state: Mapping[str, Any]) -> int:
     return restore_meta(view, state["meta"], configured)
 
 
+# Threads (and files) per rank writing a checkpoint's shards: torch's default is one thread, which wrote the 20.6 GB
+# of a Qwen3-1.7B full fine-tune in 34 s on the H200 while training waited; the reader takes any number of files.
+WRITE_THREADS = 8
+
+
 def _to_host(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
@@ -150,7 +155,8 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
 
         with _requiring_grad(_optimizer_params(view)):
             state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
-    dcp.save(state, checkpoint_id=str(directory))
+    writer = dcp.FileSystemWriter(str(directory), thread_count=WRITE_THREADS)
+    dcp.save(state, storage_writer=writer, checkpoint_id=str(directory))
     return learner_meta(view, with_state)
 
 
