@@ -277,6 +277,7 @@ class EngineSync:
         self.owns_weights = engine is not None and engine_owns_weights(engine)
         self.sleeps = self.owns_weights and bool(getattr(engine, "sleep_enabled", False))
         self.memory: dict[str, float] = {}  # device memory after each phase of the last push (GPU only)
+        self.timings: dict[str, float] = {}  # seconds of each part of the last push
         self._asleep = False
 
     @property
@@ -301,8 +302,12 @@ class EngineSync:
         a collective). shapes: the stream's names and global shapes, checked against a vLLM engine's checkpoint
         before anything is gathered.
         """
+        started = time.perf_counter()
         released = release_accelerator_cache()
         self.memory = {"memory/cache_released_gb": released / 1e9, **device_memory("after_release")}
+        # The sync's parts, so a slow sync names its slow part: the cache release, the weights (their wake
+        # included: vLLM wakes them right before the first chunk loads), and the KV cache's wake.
+        self.timings = {"timing/sync_release_s": time.perf_counter() - started}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
             # A peer of a TP engine's host (engine None) meets the host below: the host of a TP engine is always
@@ -311,7 +316,7 @@ class EngineSync:
                 release_accelerator_cache()  # the stream's gathered tensors, before the host wakes the KV cache
                 self.group_barrier()
             return 0.0
-        started = time.perf_counter()
+        started = weights_started = time.perf_counter()
         if self.engine_model is not None:
             from pettingllms.learner.weights import load_weights_into
 
@@ -332,6 +337,8 @@ class EngineSync:
                     raise
             self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
         self.memory.update(device_memory("after_weights"))
+        woken = time.perf_counter()
+        self.timings["timing/sync_weights_s"] = woken - weights_started
         if self._asleep or self.group_barrier is not None:
             # The stream refilled this process's cache with gathered full tensors: give them back before the KV
             # cache (the largest allocation of the step) is taken by the engine's process.
@@ -342,6 +349,7 @@ class EngineSync:
             self.engine.wake_up(["kv_cache"])
             self._asleep = False
             self.memory.update(device_memory("after_wake"))
+        self.timings["timing/sync_wake_s"] = time.perf_counter() - woken
         return time.perf_counter() - started
 
 

@@ -240,6 +240,7 @@ class PolicyWorker:
             self._push_weights(trained_only=True)
         metrics.update({f"timing/{part}_s": seconds for part, seconds in clock.totals().items()})
         metrics.update(self.sync.memory)  # after the cache release, the weights' sync and the KV cache's wake
+        metrics.update(self.sync.timings)  # the sync's parts: cache release, weights, KV cache wake
         return metrics
 
     def full_weights(self, trained_only: bool = False) -> Iterator[tuple[str, Any]]:

@@ -225,3 +225,23 @@ def test_only_a_tensor_parallel_group_waits_at_the_barrier_on_a_gloo_group(tmp_p
     finally:
         dist.destroy_process_group()
     assert ENGINE_BARRIER_TIMEOUT.total_seconds() >= 3600
+
+
+def test_a_push_reports_the_seconds_of_each_of_its_parts(calls):
+    """timing/sync_s says that a sync was slow; its parts say which part: the cache release, the weights (their wake
+    included), the KV cache's wake. Each is measured where it happens (a slow wake shows in its own part)."""
+    import time
+
+    class SlowWake(RecordingEngine):
+        def wake_up(self, tags=None):
+            time.sleep(0.05)
+            super().wake_up(tags)
+
+    model = load_model("tiny-random-smollm2", "float32")
+    sync = EngineSync(SlowWake(sleep_enabled=True, calls=calls))
+    sync.release_for_update()
+    total = sync.push(full_weights(model), weight_shapes(model))
+    parts = sync.timings
+    assert set(parts) == {"timing/sync_release_s", "timing/sync_weights_s", "timing/sync_wake_s"}
+    assert parts["timing/sync_wake_s"] >= 0.05 > parts["timing/sync_weights_s"]
+    assert parts["timing/sync_weights_s"] + parts["timing/sync_wake_s"] <= total + 1e-6
