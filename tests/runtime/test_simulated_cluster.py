@@ -13,6 +13,7 @@ all 8 GPUs there too. Layouts that many scripts share are placed once per cluste
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -72,19 +73,23 @@ def cluster(request):
         simulated.shutdown()
 
 
-def place(specs, cache: dict) -> dict[str, list[dict]]:
-    """Each policy's rank reports, placing the real actors once per distinct layout (then removing them)."""
+def place(specs, cache: dict) -> tuple[dict[str, list[dict]], dict]:
+    """Each policy's rank reports, placing the real actors once per distinct list of layouts (then removing them).
+    Placement depends on the layouts, not on the policies' names: scripts whose policies have the same layouts in
+    the same order (the L3 scripts: two policies of 4 GPUs) share one placement, reported under their own names."""
     from pettingllms.runtime.group import PolicyGroup
 
-    key = tuple((s.policy, s.layout) for s in specs)
+    key = tuple(dataclasses.replace(s.layout, policy="") for s in specs)
     if key not in cache:
         group = PolicyGroup(specs, use_ray=True, setup=False)
         try:
-            cache[key] = (group.placements, {(s.policy, r): group.engine_devices(s.policy, r)
-                                             for s in specs for r in range(s.layout.num_ranks)})
+            cache[key] = ([group.placements[s.policy] for s in specs],
+                          [[group.engine_devices(s.policy, r) for r in range(s.layout.num_ranks)] for s in specs])
         finally:
             group.shutdown()
-    return cache[key]
+    placements, devices = cache[key]
+    return ({s.policy: reports for s, reports in zip(specs, placements)},
+            {(s.policy, r): device for s, per_rank in zip(specs, devices) for r, device in enumerate(per_rank)})
 
 
 def test_every_script_is_in_the_table():
