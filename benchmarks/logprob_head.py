@@ -1,7 +1,7 @@
 """The chunked LM head (``optim.logprob_chunk_tokens``) against the dense one: peak memory and time of one learner
 update at Qwen3's 151,936-token vocabulary, on CPU.
 
-    .venv/bin/python benchmarks/logprob_head.py [--tokens 2048] [--chunk 1024] [--repeats 3] [--threads 2]
+    .venv/bin/python benchmarks/logprob_head.py [--tokens 4096] [--chunk 1024] [--repeats 3] [--threads 2]
     .venv/bin/python benchmarks/logprob_head.py --quick     # small vocabulary and lengths (checks the script)
 
 The model: Qwen3's vocabulary and tied head (what the logits term depends on) on a small trunk (hidden 512, two
@@ -94,7 +94,7 @@ def planned_logits_mib(vocab: int, logit_tokens: int, chunk: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)

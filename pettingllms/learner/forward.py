@@ -181,7 +181,7 @@ class ForwardPass:
         rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
         targets = TokenTargets(rows=rows[valid], columns=columns[valid], ids=batch.response_ids[valid],
                                temperatures=batch.row_temperatures.to(rows.device)[rows[valid]],
-                               entropy=entropy != "none", raw=raw)
+                               entropy=entropy, raw=raw)
         with self._autocast(), chunked_head(plain_lm_head(model), targets, self.config.logprob_chunk_tokens):
             output = model(
                 input_ids=batch.input_ids,

@@ -44,7 +44,7 @@ class TokenTargets:
     columns: torch.Tensor  # (M,) that column, counted from the first kept column
     ids: torch.Tensor  # (M,) the token
     temperatures: torch.Tensor  # (M,) the sampling temperature of the token's sample
-    entropy: bool  # also the entropy of softmax(logits / T)
+    entropy: str  # the entropy of softmax(logits / T): "none", "grad" (with its gradient) or "detached"
     raw: bool  # also the temperature-1 log-prob (no gradient)
 
 
@@ -98,15 +98,20 @@ def token_values(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 def _chunk_values(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, ids: torch.Tensor,
-                  temperatures: torch.Tensor, entropy: bool, raw: bool) -> torch.Tensor:
+                  temperatures: torch.Tensor, entropy: str, raw: bool) -> torch.Tensor:
+    """One chunk's (n, 3) values. What needs no gradient comes last and under ``no_grad``: the checkpoint's
+    recomputation in the backward stops once the saved tensors are back (PyTorch's early stop), so it is not paid
+    twice."""
     logits = F.linear(hidden, weight, bias).float()  # (n, V), as the dense path's ``output.logits.float()``
     scaled = logits / temperatures[:, None] if bool((temperatures != 1.0).any()) else logits
     log_probs = scaled.gather(1, ids[:, None]).squeeze(1) - torch.logsumexp(scaled, dim=-1)
     zeros = torch.zeros_like(log_probs)
-    entropies = entropy_from_logits(scaled) if entropy else zeros
-    if raw and scaled is not logits:
-        with torch.no_grad():
-            raw_values = logits.gather(1, ids[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
-    else:
-        raw_values = log_probs.detach() if raw else zeros
+    entropies = entropy_from_logits(scaled) if entropy == "grad" else zeros
+    with torch.no_grad():
+        if entropy == "detached":
+            entropies = entropy_from_logits(scaled.detach())
+        raw_values = zeros
+        if raw:
+            raw_values = log_probs.detach() if scaled is logits else (
+                logits.gather(1, ids[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1))
     return torch.stack([log_probs, entropies, raw_values], dim=1)
