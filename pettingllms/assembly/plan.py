@@ -17,6 +17,7 @@ from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory
 from pettingllms.config.schema import Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
+from pettingllms.core.program import AgentProgram
 from pettingllms.core.registry import find_env_class, get_agent_class, import_modules
 from pettingllms.learner import KLPenalty, LearnerConfig
 from pettingllms.learner.sharding import FSDPOptions
@@ -65,6 +66,8 @@ def build_env(cfg: Config) -> Env:
     what = f"env {cfg.env.name!r}" if ":" in cfg.env.name else f"env {cfg.env.name!r} ({env_cls.__name__})"
     turns = {"max_turns": cfg.env.max_turns} if cfg.env.max_turns > 0 else {}  # 0: the class's own default
     shown = f"env.max_turns={cfg.env.max_turns}" + ("" if turns else " (the env's own default)")
+    if getattr(env_cls, "takes_config_agents", False):  # an agent program's agents are what env.agents names
+        turns["agents"] = list(cfg.env.agents or [])
     return construct(env_cls, what, f"{shown}, env.options={options}", **turns, **options)
 
 
@@ -105,6 +108,9 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
         for role, a in agents.items()
     }
     executor_config = executor_config_of(cfg)
+    if isinstance(env, AgentProgram) and executor_config.mode != "trajectory" and not isinstance(cfg, EvalRunConfig):
+        raise ConfigError(f"env {cfg.env.name!r} runs an agent program, which cannot be forked (tree sampling copies an "
+                          "env's state at each turn): set rollout.mode=trajectory")
     advantage_config = AdvantageConfig(
         norm_by_std=cfg.algorithm.norm_adv_by_std,
         filter=cfg.algorithm.filter,
@@ -258,6 +264,8 @@ def check_prompts(
 ) -> None:
     """Fail before any compute if a first-turn prompt does not render with its policy's chat template or is already
     longer than the limit. Agents whose policy has no codec in ``codecs`` (a model not here yet) are skipped."""
+    if isinstance(plan_.env, AgentProgram):
+        return  # a program writes its own prompts; the gateway refuses one over the limit (HTTP 400)
     for problem in problems:
         state = plan_.env.reset(problem, 0)
         for stage in plan_.env.graph.stages(0):

@@ -8,8 +8,19 @@ import sys
 from typing import Sequence
 
 
-def check_env_command(argv: Sequence[str]) -> int:
+def conformance_report(env, seed: int = 0, name: str | None = None):
+    """The checks that fit ``env``: an agent program's (``rollout/program.py::check_program``: it runs as a whole),
+    else the conformance checker's (``core/checker.py``)."""
     from pettingllms.core.checker import check_env
+    from pettingllms.core.program import AgentProgram
+    from pettingllms.rollout.program import check_program
+
+    if isinstance(env, AgentProgram):
+        return check_program(env, seed=seed, name=name)
+    return check_env(env, seed=seed, name=name)
+
+
+def check_env_command(argv: Sequence[str]) -> int:
     from pettingllms.core.errors import PettingLLMsError
     from pettingllms.core.registry import ENVS, find_env_class, import_modules
 
@@ -48,7 +59,7 @@ def check_env_command(argv: Sequence[str]) -> int:
             env_cls = find_env_class(name, modules, named="{!r}", import_with="--imports {}")
             turns = {"max_turns": args.max_turns} if args.max_turns else {}
             env = env_cls(**turns, **options)
-            report = check_env(env, seed=args.seed, name=name)
+            report = conformance_report(env, seed=args.seed, name=name)
             print(report.format())
             ok = report.ok
         except (PettingLLMsError, ImportError, TypeError, ValueError) as exc:  # the env's own bugs are reported

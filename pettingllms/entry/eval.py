@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Sequence
 
 from pettingllms.core import PettingLLMsError
 from pettingllms.entry.train import HELP_FLAGS, parse_args
+from pettingllms.entry import console_logging
 
 
 def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_dir: str | None = None,
@@ -32,7 +32,7 @@ def run_eval(config_name: str = "eval", overrides: Sequence[str] = (), config_di
 
 
 def eval_command(argv: Sequence[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    console_logging()
     try:
         name, directory, overrides = parse_args(["--config-name", "eval", *argv])  # a later --config-name wins
         if any(a in HELP_FLAGS for a in overrides):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Sequence
 
 from pettingllms.core import PettingLLMsError
+from pettingllms.entry import console_logging
 
 
 def export_command(argv: Sequence[str]) -> int:
@@ -24,7 +24,7 @@ def export_command(argv: Sequence[str]) -> int:
                         help="import the modules and classes the run's config.yaml names (env.imports, "
                              "module:Class); without it such a run is refused: a run directory is data")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    console_logging()
     from pettingllms.eval.export import export_checkpoint
 
     try:

@@ -26,6 +26,7 @@ from statistics import fmean
 from typing import Sequence
 
 from pettingllms.core import ConfigError, PettingLLMsError, StoppedBySignal
+from pettingllms.entry import console_logging
 
 log = logging.getLogger("pettingllms.entry")
 MULTIRUN_FLAGS = ("--multirun", "-m")
@@ -246,7 +247,7 @@ def format_outcomes(outcomes: Sequence[JobOutcome], keys: Sequence[str], root: P
 
 # ----------------------------------------------------------------------------------------------------- command
 def train_command(argv: Sequence[str]) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    console_logging()
     multirun, dry_run, rest = split_flags(argv)
     rehearsal = REHEARSE_FLAG in rest
     rest = [a for a in rest if a != REHEARSE_FLAG]

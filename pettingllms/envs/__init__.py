@@ -32,3 +32,7 @@ register_agent("vault.solo", "pettingllms.envs.vault.env:Solo")
 register_env("openspiel", "pettingllms.envs.openspiel_game.env:OpenSpielEnv")
 register_env("textarena", "pettingllms.envs.textarena_game.env:TextArenaEnv")
 register_agent("games.seat", "pettingllms.envs.seats:SeatAgent")
+
+# Agent programs (a module with `run` and `tasks`) trained through the run's OpenAI-compatible gateway.
+register_env("program", "pettingllms.envs.program:ProgramModule")
+register_agent("program_agent", "pettingllms.envs.program:ProgramAgent")

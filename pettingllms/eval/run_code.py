@@ -23,12 +23,16 @@ from pettingllms.core import ConfigError
 
 def code_settings(cfg: Any) -> dict[str, str]:
     """Key -> value of every setting of ``cfg`` that imports a module: ``env.imports`` (non-empty), an
-    ``env.name`` or ``agents.<role>.cls`` of the form ``module:Class``."""
+    ``env.name`` or ``agents.<role>.cls`` of the form ``module:Class``, an agent program's ``env.options.program``
+    (other than this package's own)."""
     found: dict[str, str] = {}
     if list(cfg.env.imports):
         found["env.imports"] = "[" + ",".join(cfg.env.imports) + "]"
     if ":" in cfg.env.name:
         found["env.name"] = cfg.env.name
+    program = cfg.env.options.get("program") if cfg.env.name == "program" else None
+    if program and not str(program).startswith("pettingllms."):  # an agent program is a module the run imports
+        found["env.options.program"] = str(program)
     for role, agent in sorted(cfg.agents.items()):
         if agent.cls and ":" in agent.cls:
             found[f"agents.{role}.cls"] = agent.cls

@@ -32,6 +32,7 @@ from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
 from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
 from pettingllms.core import ConfigError, InfrastructureError, Problem, SamplingParams
+from pettingllms.core.program import AgentProgram
 from pettingllms.eval.checkpoints import read_run_config, resolve_checkpoint
 from pettingllms.eval.opponents import check_opponent, is_opponent, load_opponent, merged, seatings
 from pettingllms.eval.policies import LoadedPolicies, load_policies, merge_specs
@@ -43,6 +44,7 @@ from pettingllms.eval.tasks import (
 )
 from pettingllms.eval.trace import success_trace
 from pettingllms.rollout.executor import AgentSpec, Executor, RolloutResult
+from pettingllms.rollout.program import ProgramRollout, rollout_for
 from pettingllms.rollout.policy_client import PolicyClient
 
 log = logging.getLogger("pettingllms.eval")
@@ -82,9 +84,13 @@ def run_evaluation(cfg: EvalRunConfig, clients: Mapping[str, PolicyClient] | Non
             for task in tasks:
                 for seat, specs in seatings(task.plan.agent_specs, opponent=bool(cfg.model.opponent)):
                     executor = _executor(task, specs, policies, sampling[task.env_name], cfg)
-                    for bench in task.benchmarks:
-                        key = bench.key if seat is None else f"{bench.key}@{seat}"
-                        results[key] = run_benchmark(executor, task, bench, settings, run_dir, key, seat)
+                    try:
+                        for bench in task.benchmarks:
+                            key = bench.key if seat is None else f"{bench.key}@{seat}"
+                            results[key] = run_benchmark(executor, task, bench, settings, run_dir, key, seat)
+                    finally:
+                        if isinstance(executor, ProgramRollout):  # an agent program's gateway
+                            executor.close()
     finally:
         policies.close()
     # 4. The summary: summary.json and the tables.
@@ -156,7 +162,7 @@ def check_sources(cfg: EvalRunConfig) -> None:
         raise ConfigError(f"{' and '.join(chosen)} both say where the weights come from; keep one")
 
 
-def run_benchmark(executor: Executor, task: EnvTask, bench: Benchmark, settings: EvalSettings,
+def run_benchmark(executor: Executor | ProgramRollout, task: EnvTask, bench: Benchmark, settings: EvalSettings,
                   run_dir: Path, key: str | None = None, seat: str | None = None) -> dict[str, Any]:
     """Roll out every problem ``settings.n`` times, write its records, and summarise them. ``key``: the records'
     and summary's name (default ``bench.key``); ``seat``: the agent with the evaluated weights, against an opponent."""
@@ -200,7 +206,8 @@ def batch_records(task: EnvTask, key: str, problems: list[Problem], seeds: list[
         episodes = result.episodes[slot * settings.n:(slot + 1) * settings.n]
         if any(e.problem_id != problem.problem_id for e in episodes):
             raise RuntimeError(f"episodes of problem {problem.problem_id!r} are out of order")
-        rows = [sample_record(e, samples[e.episode], success_trace(env, agents, problem, seed, e), env.max_turns)
+        rows = [sample_record(e, samples[e.episode], None if isinstance(env, AgentProgram)  # nothing to replay
+                              else success_trace(env, agents, problem, seed, e), env.max_turns)
                 for e in episodes]
         records.append(problem_record(key, problem.problem_id, rows, settings.ks))
     return records
@@ -223,7 +230,7 @@ def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, 
 
 
 def _executor(task: EnvTask, agent_specs: Mapping[str, AgentSpec], policies: LoadedPolicies,
-              sampling: Mapping[str, SamplingParams], cfg: EvalRunConfig) -> Executor:
+              sampling: Mapping[str, SamplingParams], cfg: EvalRunConfig) -> Executor | ProgramRollout:
     """The trainer's executor with each agent's eval sampling (validation mode is independent episodes).
     ``agent_specs``: the task's, or a seating's against an opponent (``eval/opponents.py``)."""
     specs = {
@@ -233,7 +240,7 @@ def _executor(task: EnvTask, agent_specs: Mapping[str, AgentSpec], policies: Loa
     }
     config = dataclasses.replace(task.plan.executor_config, max_prompt_length=cfg.training.max_prompt_length,
                                  max_response_length=max(s.max_tokens for s in sampling.values()))
-    return Executor(task.plan.env, specs, policies.clients, config)
+    return rollout_for(task.plan.env, specs, policies.clients, config)
 
 
 def _shared_sampling(sampling: Mapping[str, Mapping[str, SamplingParams]]) -> dict[str, Any]:

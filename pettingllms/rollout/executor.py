@@ -406,7 +406,7 @@ class Executor:
         out = {}
         for agent, value in raw.items():
             value = _number(value, f"outcome[{agent!r}]", where)
-            if not _usable(value):
+            if not usable_reward(value):
                 if self.config.non_finite == "error":
                     raise EnvError(f"non-finite or overflowing outcome[{agent!r}]={value!r} ({where}); outcomes must "
                                    f"be finite numbers within ±{MAX_ABS_REWARD:g}")
@@ -514,7 +514,8 @@ class Executor:
         team, local = values["team_reward"], values.get(f"{agent_name}.local_reward", 0.0)
         # What enters a sample is alpha * team + local: 0 * inf is as unusable as inf itself, and a finite reward so
         # large that a group's variance overflows (1e308) stops the update as surely as a NaN.
-        if _usable(self.config.alpha * team) and _usable(local) and _usable(self.config.alpha * team + local):
+        alpha = self.config.alpha
+        if usable_reward(alpha * team) and usable_reward(local) and usable_reward(alpha * team + local):
             return team, local, False
         shown = ", ".join(f"{label}={v!r}" for label, v in values.items())
         if self.config.non_finite == "error":
@@ -640,7 +641,7 @@ def _cap_tokens(sampling: SamplingParams, max_response_length: int) -> SamplingP
     return SamplingParams(sampling.temperature, sampling.top_p, sampling.top_k, max_response_length)
 
 
-def _usable(value: float) -> bool:
+def usable_reward(value: float) -> bool:
     """Finite, and small enough that a group's mean and variance cannot overflow (float64 squares pass 1e308 from
     1.3e154 on); ``MAX_ABS_REWARD`` leaves every reward an env means far inside."""
     return math.isfinite(value) and abs(value) <= MAX_ABS_REWARD

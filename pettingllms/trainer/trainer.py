@@ -31,7 +31,7 @@ from pettingllms.core import ConfigError, Sample, StoppedBySignal
 from pettingllms.core.env import has_outcome
 from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
-from pettingllms.rollout.executor import Executor
+from pettingllms.rollout.program import ProgramRollout, rollout_for
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer.cursor import DataCursor
@@ -126,7 +126,9 @@ class Trainer:
                                     cfg.resources.ray_namespace)
         self._release.callback(self._shutdown_policies)
         clients = self.policies.clients()
-        self.executor = Executor(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
+        self.executor = rollout_for(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
+        if isinstance(self.executor, ProgramRollout):  # its gateway's server thread
+            self._release.callback(self.executor.close)
         self.signal_watch = SignalWatch(has_outcome(self.plan.env), cfg.rollout.playouts,
                                         str(getattr(cfg.rollout.mode, "value", cfg.rollout.mode)))
         self.step_done = 0

@@ -41,6 +41,10 @@ def poisoned(clean_run: Path, tmp_path: Path, payload: str) -> tuple[Path, Path]
     if payload == "popen":  # an "agent class" that is a process launcher, with a shell command as its option
         config["agents"]["alice"]["cls"] = "subprocess:Popen"
         config["agents"]["alice"]["options"] = {"args": f"touch {marker}", "shell": True}
+    elif payload == "program":  # an "agent program" beside the config, named as the env's program
+        (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+        config["env"]["name"] = "program"
+        config["env"]["options"] = {"program": "evil"}
     else:  # a module beside the config, named in env.imports
         (run / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
         config["env"]["imports"] = ["evil"]
@@ -54,12 +58,13 @@ def no_evil_module():
     sys.modules.pop("evil", None)
 
 
-@pytest.mark.parametrize("payload", ["popen", "imports"])
+@pytest.mark.parametrize("payload", ["popen", "imports", "program"])
 def test_eval_and_export_refuse_code_named_by_a_run_and_run_none_of_it(clean_run, tmp_path, monkeypatch, capsys,
                                                                        payload, no_evil_module):
     run, marker = poisoned(clean_run, tmp_path, payload)
     monkeypatch.chdir(run)  # started from inside the run directory, where evil.py lies
-    key = "agents.alice.cls=subprocess:Popen" if payload == "popen" else "env.imports=[evil]"
+    key = {"popen": "agents.alice.cls=subprocess:Popen", "imports": "env.imports=[evil]",
+           "program": "env.options.program=evil"}[payload]
     assert main(["eval", f"model.checkpoint={run}", f"eval.log_dir={tmp_path / 'eval'}", *EVAL]) == 2
     err = capsys.readouterr().err
     assert key in err and "model.trust_run_code=true" in err and "Traceback" not in err, err

@@ -1,0 +1,313 @@
+"""The gateway: an OpenAI-compatible HTTP server over the run's policies, for agent programs (``core/program.py``).
+
+A program's agents name themselves in each request's ``model``; the gateway routes the request to that agent's
+policy (and LoRA adapter), samples with that agent's settings, and records the call: the exact prompt token ids as
+the policy's chat template renders the messages, the sampled token ids and their log-probabilities. Training uses
+those ids (nothing is re-tokenised).
+
+- aiohttp, on 127.0.0.1 and a free port, in a thread of its own with its own event loop, so a program that calls
+  it with a blocking client (``openai.OpenAI``) from ``async def run`` slows only itself;
+- ``POST /v1/chat/completions`` and ``GET /v1/models``. Bearer token: ``<secret>.<run id>``, a fresh secret per
+  gateway and one key per program run (``key_for``), so every call is attributed to its run without the program's
+  help. 401 for another key, 404 for an unknown ``model`` (listing the agents), 400 naming the field for a malformed
+  request or one the gateway does not serve (``n`` > 1, ``stream``, ``tools``), 400 for a prompt over
+  ``training.max_prompt_length``;
+- sampling is the agent's (``agents.<role>.train_sampling`` in training, ``val_sampling`` in validation): a
+  request's ``temperature``/``top_p`` are ignored; its ``max_tokens`` (or ``max_completion_tokens``) can only lower
+  the agent's, which ``training.max_response_length`` caps;
+- requests are batched per policy as they stream in: the first waits ``BATCH_WINDOW_S`` for others to join, and
+  while a batch generates the next one gathers (no run waits for the slowest run of the step to ask).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from pettingllms.core.part_clock import PartClock
+from pettingllms.core.types import Completion, GenerationRequest, GenerationResult, SamplingParams
+from pettingllms.rollout.policy_client import PolicyClient
+
+log = logging.getLogger(__name__)
+BATCH_WINDOW_S = 0.01
+GENERATE = "generate"
+
+
+@dataclass(frozen=True)
+class Route:
+    """An agent as the gateway serves it."""
+
+    policy: str
+    adapter: str | None
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True)
+class Call:
+    """One answered request of a program run."""
+
+    run: str
+    agent: str
+    index: int  # the agent's calls in its run, in order
+    prompt_ids: tuple[int, ...]
+    completion: Completion
+    sampling: SamplingParams
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+class _Batches:
+    """One policy's requests, batched as they arrive (see the module docstring)."""
+
+    def __init__(self, client: PolicyClient, clock: PartClock) -> None:
+        self.client, self.clock = client, clock
+        self.pending: list[tuple[GenerationRequest, asyncio.Future]] = []
+        self.task: asyncio.Task | None = None
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((request, future))
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(BATCH_WINDOW_S)
+        while self.pending:
+            batch, self.pending = self.pending, []
+            try:
+                with self.clock.part(GENERATE):
+                    results = await self.client.generate([request for request, _ in batch])
+            except Exception as exc:  # every waiting request learns why
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results):
+                if not future.done():
+                    future.set_result(result)
+
+
+class Gateway:
+    """Start with ``start()``; ``open(routes)`` before a rollout sets who is served and how; ``key_for(run)`` gives
+    a program run its key; ``calls(run)`` what it asked and got; ``close()`` at the end."""
+
+    def __init__(self, clients: Mapping[str, PolicyClient], max_prompt_length: int, max_response_length: int) -> None:
+        self.clients = dict(clients)
+        self.max_prompt_length = max_prompt_length
+        self.max_response_length = max_response_length
+        self.clock = PartClock()
+        self._secret = secrets.token_urlsafe(24)
+        self._routes: dict[str, Route] = {}
+        self._runs: set[str] = set()
+        self._calls: dict[str, list[Call]] = defaultdict(list)
+        self._issued: dict[tuple[str, str], int] = defaultdict(int)  # (run, agent) -> requests so far
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner = None
+        self._batches: dict[str, _Batches] = {}
+        self.base_url = ""
+        self.requests = 0
+        self.refused: dict[int, int] = defaultdict(int)  # HTTP status -> count
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    def start(self) -> "Gateway":
+        started = threading.Event()
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._start_site())
+            except BaseException as exc:  # reported by start(), in the caller's thread
+                failure.append(exc)
+                started.set()
+                return
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="pettingllms-gateway", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure:
+            raise failure[0]
+        return self
+
+    async def _start_site(self) -> None:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=16 * 2**20)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # aiohttp exposes the bound port only here
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._batches = {policy: _Batches(client, self.clock) for policy, client in self.clients.items()}
+
+    def close(self) -> None:
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+        self._loop = self._thread = None
+
+    # ------------------------------------------------------------------------------------------ runs
+    def open(self, routes: Mapping[str, Route], runs: Iterable[str]) -> None:
+        """Serve these agents (agent -> route) to these runs from now on; forget every earlier run and its calls (a
+        run that outlived its rollout is refused with 401)."""
+        unknown = sorted({r.policy for r in routes.values()} - set(self.clients))
+        if unknown:
+            raise ValueError(f"routes name policies {unknown} the gateway has no client for")
+        with self._lock:
+            self._routes = dict(routes)
+            self._runs = set(runs)
+            self._calls.clear()
+            self._issued.clear()
+
+    def key_for(self, run: str) -> str:
+        return f"{self._secret}.{run}"
+
+    def calls(self, run: str) -> list[Call]:
+        """The run's answered calls, each agent's in the order it asked."""
+        with self._lock:
+            return sorted(self._calls.get(run, []), key=lambda c: (c.agent, c.index))
+
+    # ------------------------------------------------------------------------------------------ HTTP
+    async def _models(self, request) -> Any:
+        from aiohttp import web
+
+        try:
+            self._run_of(request)
+        except RequestError as exc:
+            return self._error(exc)
+        now = int(time.time())
+        return web.json_response({"object": "list", "data": [
+            {"id": agent, "object": "model", "created": now, "owned_by": "pettingllms"} for agent in self._routes]})
+
+    async def _chat(self, request) -> Any:
+        from aiohttp import web
+
+        try:
+            run = self._run_of(request)
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+                raise RequestError(400, f"the request body is not JSON: {exc}") from exc
+            reply = await self._complete(run, body)
+        except RequestError as exc:
+            return self._error(exc)
+        except Exception as exc:  # the engine's or ours: the program gets the reason, the log the traceback
+            log.exception("the gateway failed to answer a request")
+            return self._error(RequestError(500, f"the gateway failed: {type(exc).__name__}: {exc}", "server_error"))
+        return web.json_response(reply)
+
+    def _error(self, exc: RequestError) -> Any:
+        from aiohttp import web
+
+        self.refused[exc.status] += 1
+        return web.json_response({"error": {"message": str(exc), "type": exc.code, "code": exc.status}},
+                                 status=exc.status)
+
+    def _run_of(self, request) -> str:
+        header = request.headers.get("Authorization", "")
+        scheme, _, key = header.partition(" ")
+        secret, dot, run = key.partition(".")
+        if scheme.lower() != "bearer" or not dot or not secrets.compare_digest(secret, self._secret) or not run:
+            raise RequestError(401, "missing or wrong bearer token: use the api_key the run gave the program",
+                               "authentication_error")
+        with self._lock:
+            if run not in self._runs:
+                raise RequestError(401, f"program run {run!r} has ended (its rollout is over)", "authentication_error")
+        return run
+
+    async def _complete(self, run: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise RequestError(400, f"the request body must be a JSON object, got {type(body).__name__}")
+        agent = body.get("model")
+        route = self._routes.get(agent) if isinstance(agent, str) else None
+        if route is None:
+            raise RequestError(404, f"model {agent!r} is not an agent of this run; its agents: {list(self._routes)} "
+                                    "(a program's agents name themselves in `model`)", "model_not_found")
+        messages = _messages(body.get("messages"))
+        for field_name, allowed in (("n", (None, 1)), ("stream", (None, False))):
+            if body.get(field_name) not in allowed:
+                raise RequestError(400, f"`{field_name}`={body.get(field_name)!r} is not served: one completion per "
+                                        "request, not streamed")
+        if body.get("tools") or body.get("functions"):
+            raise RequestError(400, "`tools`: the gateway does not serve tool calls yet (write the tool protocol "
+                                    "into the messages, or call tools from the program)")
+        client = self.clients[route.policy]
+        prompt_ids = tuple(client.codec.encode_chat(messages))
+        if len(prompt_ids) > self.max_prompt_length:
+            raise RequestError(400, f"`messages`: the prompt is {len(prompt_ids)} tokens, over "
+                                    f"training.max_prompt_length={self.max_prompt_length}")
+        sampling = dataclasses.replace(route.sampling, max_tokens=self._max_tokens(body, route.sampling))
+        with self._lock:
+            index = self._issued[(run, agent)]  # in the order the requests came, concurrent ones included
+            self._issued[(run, agent)] += 1
+            self.requests += 1
+        result = await self._batches[route.policy].generate(GenerationRequest(
+            request_id=f"{run}/{agent}/{index}", prompt_ids=prompt_ids, n=1, sampling=sampling,
+            adapter=route.adapter, prefix_group=run))
+        completion = result.completions[0]
+        with self._lock:
+            self._calls[run].append(Call(run, agent, index, prompt_ids, completion, sampling))
+        finish = "length" if completion.finish_reason == "length" else "stop"
+        return {
+            "id": f"chatcmpl-{run}-{agent}-{index}", "object": "chat.completion", "created": int(time.time()),
+            "model": agent,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": completion.text},
+                         "finish_reason": finish, "logprobs": None}],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion.token_ids),
+                      "total_tokens": len(prompt_ids) + len(completion.token_ids)},
+        }
+
+    def _max_tokens(self, body: dict, sampling: SamplingParams) -> int:
+        limit = min(sampling.max_tokens, self.max_response_length)
+        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        if asked is None:
+            return limit
+        if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+            raise RequestError(400, f"`max_tokens`={asked!r} must be a positive integer")
+        return min(asked, limit)
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    """The chat messages of a request: role and text content (a list of text parts is joined)."""
+    if not isinstance(value, list) or not value:
+        raise RequestError(400, "`messages` must be a non-empty list of {role, content} objects")
+    out = []
+    for i, message in enumerate(value):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError(400, f"`messages[{i}]` must be an object with a string `role`")
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = [p.get("text") for p in content if isinstance(p, dict)]
+            if any(not isinstance(p, str) for p in parts) or len(parts) != len(content):
+                raise RequestError(400, f"`messages[{i}].content`: only text parts are served")
+            content = "".join(parts)
+        if content is None and message["role"] == "assistant":
+            content = ""
+        if not isinstance(content, str):
+            raise RequestError(400, f"`messages[{i}].content` must be a string or a list of text parts")
+        out.append({"role": message["role"], "content": content})
+    return out

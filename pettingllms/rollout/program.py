@@ -1,0 +1,253 @@
+"""The rollout of an agent program (``core/program.py``): K runs of the user's program per task against the
+gateway (``rollout/gateway.py``), then one sample per call, credited with its agent's return.
+
+Reads top to bottom (``arun``):
+1. the gateway serves each agent with this rollout's sampling (training or validation);
+2. every run (``problems`` x K) plays in a thread of its own with its own event loop (``asyncio.run``), up to
+   ``MAX_CONCURRENT_RUNS`` at once, with its own API key, under ``env.timeout_s``;
+3. a run that raised, timed out, or returned unusable rewards is recorded (``EpisodeRecord.error``, the traceback
+   in the log) and its calls are dropped; if every run of the rollout failed, the rollout raises the first failure;
+4. each call of a finished run becomes a sample of its agent with the agent's return as reward, in the group
+   (task slot, ``WHOLE_EPISODE``, agent): trajectory GRPO over the task's K runs. An agent that made no call
+   contributes nothing; one that made calls but got no reward fails its run.
+
+A program is not forkable: tree sampling needs an env whose state can be copied, so programs train in
+``rollout.mode=trajectory`` (the plan refuses another mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from pettingllms.core.errors import EnvError
+from pettingllms.core.program import AgentProgram, checked_rewards, episode_success
+from pettingllms.core.env import Problem
+from pettingllms.core.types import FINISH_LENGTH, EpisodeRecord, Sample
+from pettingllms.rollout.executor import (
+    MAX_ABS_REWARD, WHOLE_EPISODE, AgentSpec, ExecutorConfig, RolloutResult, usable_reward,
+)
+from pettingllms.rollout.gateway import GENERATE, Call, Gateway, Route
+from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
+
+if TYPE_CHECKING:
+    from pettingllms.core.checker import CheckReport
+
+log = logging.getLogger(__name__)
+MAX_CONCURRENT_RUNS = 64
+
+
+class ProgramFailed(EnvError):
+    """Every run of a rollout failed: the first one's error and traceback."""
+
+
+@dataclass
+class _Run:
+    slot: int
+    problem: Problem
+    episode: str
+    branch: int
+    key: str  # the run's id at the gateway
+    rewards: dict[str, float] | None = None
+    error: str | None = None  # one line: what failed
+    trace: str | None = None  # the program's traceback, when it raised
+    seconds: float = 0.0
+
+
+class ProgramRollout:
+    """The executor of an ``AgentProgram`` env: the same ``run``/``arun`` and ``RolloutResult`` as ``Executor``.
+    Its samples are trajectory mode's whatever ``config.mode`` says (training refuses another mode in the plan)."""
+
+    def __init__(self, env: AgentProgram, agents: Mapping[str, AgentSpec], clients: Mapping[str, PolicyClient],
+                 config: ExecutorConfig) -> None:
+        self.env, self.agents, self.clients, self.config = env, dict(agents), dict(clients), config
+        self.gateway = Gateway(clients, config.max_prompt_length, config.max_response_length).start()
+        self._rollouts = 0
+
+    def close(self) -> None:
+        self.gateway.close()
+
+    def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False,
+            n: int | None = None) -> RolloutResult:
+        return asyncio.run(self.arun(problems, seeds, validation=validation, n=n))
+
+    async def arun(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False,
+                   n: int | None = None) -> RolloutResult:
+        """``seeds`` are the trainer's; a program seeds itself from its task."""
+        del seeds
+        start = time.perf_counter()
+        k = n or self.config.branching
+        # 1. The agents, with this rollout's sampling.
+        routes = {role: Route(spec.policy, spec.adapter, spec.val_sampling if validation else spec.train_sampling)
+                  for role, spec in self.agents.items()}
+        self._rollouts += 1  # a run's gateway id is unique across rollouts, so a straggler cannot join a later one
+        runs = [_Run(slot, problem, f"p{slot}e{e}", e, f"{self._rollouts}/p{slot}e{e}")
+                for slot, problem in enumerate(problems) for e in range(k)]
+        self.gateway.open(routes, [run.key for run in runs])
+        generating = self.gateway.clock.seconds(GENERATE)
+        requests = self.gateway.requests
+        # 2. Every run, each in its own thread and event loop.
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_RUNS, max(1, len(runs))),
+                                thread_name_prefix="pettingllms-program") as pool:
+            await asyncio.gather(*(loop.run_in_executor(pool, self._play, run) for run in runs))
+        # 3. Failures: recorded; all of them failing stops the run.
+        calls = {run.episode: self.gateway.calls(run.key) for run in runs}
+        for run in runs:
+            if run.error is None:
+                self._check_rewarded(run, calls[run.episode])
+        failed = [run for run in runs if run.error is not None]
+        if failed:
+            first = failed[0]
+            if len(failed) == len(runs):
+                raise ProgramFailed(f"every one of the {len(runs)} program runs failed; the first ({first.episode}, "
+                                    f"task {first.problem.problem_id!r}): {first.error}\n{first.trace or ''}".rstrip())
+            log.warning("%d of %d program runs failed (their calls are not trained on); the first, %s (task %r): %s%s",
+                        len(failed), len(runs), first.episode, first.problem.problem_id, first.error,
+                        f"\n{first.trace}" if first.trace else "")
+        # 4. Samples from the finished runs' calls.
+        samples, episodes = [], []
+        for run in runs:
+            if run.error is None:
+                samples.extend(self._samples(run, calls[run.episode]))
+            episodes.append(self._record(run, calls[run.episode]))
+        timings = {
+            "rollout_s": time.perf_counter() - start,
+            "generate_s": self.gateway.clock.seconds(GENERATE) - generating,
+            "env_s": 0.0,  # the programs' own time is theirs; the rollout's wall time is rollout_s
+            "generate_calls": float(self.gateway.requests - requests),
+            "generated_sequences": float(self.gateway.requests - requests),
+        }
+        return RolloutResult(samples=samples, episodes=episodes, timings=timings)
+
+    # -------------------------------------------------------------------------------------------- one run
+    def _play(self, run: _Run) -> None:
+        started = time.perf_counter()
+        key = self.gateway.key_for(run.key)
+        try:
+            value = asyncio.run(asyncio.wait_for(
+                self.env.play(dict(run.problem.data), self.gateway.base_url, key), self.env.timeout_s))
+            run.rewards = checked_rewards(value, list(self.agents))
+        except asyncio.TimeoutError:
+            run.error = f"the program did not finish within env.options.timeout={self.env.timeout_s:g} s"
+        except Exception as exc:  # the program's own failure: recorded with its traceback, the run goes on
+            run.error = f"the program raised {type(exc).__name__}: {exc}"
+            run.trace = "".join(traceback.format_exception(exc)).rstrip()
+        run.seconds = time.perf_counter() - started
+
+    def _check_rewarded(self, run: _Run, calls: Sequence[Call]) -> None:
+        """A run whose agent made calls but got no reward fails; a non-finite reward follows reward.non_finite."""
+        unrewarded = sorted({c.agent for c in calls} - set(run.rewards or {}))
+        if unrewarded:
+            run.error = (f"the program returned no reward for {unrewarded}, which made calls; return every calling "
+                         f"agent's reward (got {run.rewards})")
+            return
+        bad = {agent: r for agent, r in (run.rewards or {}).items() if not usable_reward(r)}
+        if bad and self.config.non_finite == "error":
+            raise EnvError(f"program run {run.episode} (task {run.problem.problem_id!r}) returned non-finite or "
+                           f"overflowing rewards {bad}. Rewards must be finite numbers within ±{MAX_ABS_REWARD:g}, "
+                           "or set reward.non_finite=drop to leave such samples out of training")
+
+    def _samples(self, run: _Run, calls: Sequence[Call]) -> list[Sample]:
+        out = []
+        for call in calls:
+            spec = self.agents[call.agent]
+            reward = run.rewards[call.agent]
+            usable = usable_reward(reward)
+            out.append(Sample(
+                policy=spec.policy, agent=call.agent, turn=call.index, group=(run.slot, WHOLE_EPISODE, call.agent),
+                episode=run.episode, problem_id=run.problem.problem_id, branch=run.branch,
+                prompt_ids=call.prompt_ids, response_ids=call.completion.token_ids,
+                response_logprobs=call.completion.logprobs, reward=reward if usable else 0.0,
+                temperature=call.sampling.temperature, adapter=spec.adapter, failed=call.completion.failed,
+                nonfinite_reward=not usable, truncated=call.completion.finish_reason == FINISH_LENGTH,
+                response_text=call.completion.text,
+            ))
+        return out
+
+    def _decode(self, call: Call) -> str:
+        return self.clients[self.agents[call.agent].policy].codec.decode(call.prompt_ids)
+
+    def _record(self, run: _Run, calls: Sequence[Call]) -> EpisodeRecord:
+        rewards = run.rewards if run.error is None else {}
+        usable = {a: r for a, r in (rewards or {}).items() if usable_reward(r)}
+        return EpisodeRecord(
+            episode=run.episode, problem_id=run.problem.problem_id, turns=len(calls), terminated=run.error is None,
+            truncated=False, success=run.error is None and episode_success(usable),
+            team_reward=sum(usable.values()) / len(usable) if usable else 0.0, agent_rewards=dict(usable),
+            error=run.error, nonfinite_rewards=len(rewards or {}) - len(usable),
+            transcript=[{"turn": c.index, "agent": c.agent, "prompt": self._decode(c), "response": c.completion.text,
+                         "reward": usable.get(c.agent, 0.0), "team_reward": 0.0, "local_reward": 0.0}
+                        for c in calls],
+        )
+
+
+def rollout_for(env: Any, agents: Mapping[str, AgentSpec], clients: Mapping[str, PolicyClient],
+                config: ExecutorConfig) -> "Executor | ProgramRollout":
+    """The env's executor: ``ProgramRollout`` for an agent program, the ``Executor`` for every other env."""
+    from pettingllms.rollout.executor import Executor
+
+    if isinstance(env, AgentProgram):
+        return ProgramRollout(env, agents, clients, config)
+    return Executor(env, agents, clients, config)
+
+
+# ----------------------------------------------------------------------------------------------------- check-env
+def check_program(env: AgentProgram, seed: int = 0, name: str | None = None, runs: int = 2) -> "CheckReport":
+    """check-env for an agent program: its tasks, then runs against a scripted endpoint through this module's
+    rollout and gateway (the run's own): with a plain answer and with garbage, every run must finish and reward each
+    agent that called, with finite rewards; each agent must call in some run. Never raises for a failing program."""
+    from pettingllms.core.checker import CheckReport, CheckResult, random_responses
+
+    report = CheckReport(name or type(env).__name__)
+    try:
+        train, test = env.procedural_problems("train", 4), env.procedural_problems("test", 4)
+    except Exception as exc:  # noqa: BLE001 - the program's own failure is the report
+        report.results.append(CheckResult("tasks", False, f"{type(exc).__name__}: {exc}"))
+        return report
+    shared = sorted({p.problem_id for p in train} & {p.problem_id for p in test})
+    report.results.append(CheckResult("tasks", not shared and bool(train) and bool(test),
+                                      f"task ids in both splits: {shared}" if shared else ""))
+    garbage = random_responses(64, seed)
+    scripts = {"runs finish on plain answers": lambda prompt, k, request: "42",
+               "runs finish on garbage answers": lambda prompt, k, request: garbage[len(prompt) % len(garbage)]}
+    called: set[str] = set()
+    for check, script in scripts.items():
+        try:
+            result = _scripted_rollout(env, script, test[:2], runs)
+        except Exception as exc:  # noqa: BLE001 - reported
+            report.results.append(CheckResult(check, False, f"{type(exc).__name__}: {exc}"))
+            continue
+        failures = [e for e in result.episodes if e.error is not None]
+        nonfinite = sum(e.nonfinite_rewards for e in result.episodes)
+        detail = (f"{len(failures)} of {len(result.episodes)} runs failed; the first: {failures[0].error}" if failures
+                  else f"{nonfinite} non-finite reward(s)" if nonfinite else "")
+        report.results.append(CheckResult(check, not detail, detail))
+        called |= {s.agent for s in result.samples}
+    silent = [agent for agent in env.graph.agents if agent not in called]
+    report.results.append(CheckResult(
+        "every agent calls", not silent, f"{silent} made no call in any run: is each the `model` name the program "
+                                         "uses?" if silent else ""))
+    return report
+
+
+def _scripted_rollout(env: AgentProgram, script, problems: Sequence[Problem], runs: int) -> RolloutResult:
+    from pettingllms.core.env import make_agents
+    from pettingllms.core.types import SamplingParams
+    from pettingllms.rollout.scripted import ScriptedEngine
+
+    engine = ScriptedEngine(script)
+    sampling = SamplingParams(max_tokens=256)
+    specs = {role: AgentSpec(agent, "policy_0", sampling, sampling) for role, agent in make_agents(env).items()}
+    config = ExecutorConfig(mode="trajectory", branching=runs, select="first", alpha=1.0,
+                            max_prompt_length=1_000_000, max_response_length=256, non_finite="drop", playouts=1)
+    rollout = ProgramRollout(env, specs, {"policy_0": LocalPolicyClient(engine, engine.codec)}, config)
+    try:
+        return rollout.run(problems, list(range(len(problems))))
+    finally:
+        rollout.close()

@@ -1,0 +1,102 @@
+"""The agent-program gateway, driven by the real ``openai`` client (sync and async) over a real transformers engine:
+routing by ``model``, the agent's sampling, the recorded token ids equal to what the template renders and the client
+reads, and every refusal with its HTTP status and the field it names."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from pettingllms.core.types import SamplingParams
+from pettingllms.models import HFChatCodec, load_model, resolve_model
+from pettingllms.rollout.gateway import Gateway, Route
+from pettingllms.rollout.hf_engine import HFEngine
+from pettingllms.rollout.policy_client import LocalPolicyClient
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    path = resolve_model("tiny-random-smollm2")
+    codec = HFChatCodec.from_pretrained(path)
+    client = LocalPolicyClient(HFEngine(load_model(path), codec, seed=0), codec)
+    server = Gateway({"policy_0": client}, max_prompt_length=256, max_response_length=12).start()
+    server.open({"solver": Route("policy_0", None, SamplingParams(temperature=1.0, max_tokens=10)),
+                 "checker": Route("policy_0", None, SamplingParams(temperature=0.7, max_tokens=64))},
+                runs=["run-a", "run-b"])
+    yield server, codec
+    server.close()
+
+
+def _client(server: Gateway, run: str = "run-a", key: str | None = None) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url, api_key=key or server.key_for(run), max_retries=0)
+
+
+def test_a_call_is_routed_recorded_with_its_exact_ids_and_sampled_with_the_agents_settings(gateway):
+    server, codec = gateway
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 3?"}]
+    reply = _client(server).chat.completions.create(model="solver", messages=messages, temperature=0.0,
+                                                     max_tokens=500)
+    checker = _client(server).chat.completions.create(model="checker", messages=messages, max_tokens=3)
+    (solver_call,) = [c for c in server.calls("run-a") if c.agent == "solver"]
+    (checker_call,) = [c for c in server.calls("run-a") if c.agent == "checker"]
+    # The prompt the learner trains on is the chat template's rendering of the messages the program sent, and the
+    # response ids are the engine's, which decode to the text the program read.
+    assert solver_call.prompt_ids == tuple(codec.encode_chat(messages))
+    assert codec.decode(solver_call.completion.token_ids) == reply.choices[0].message.content
+    assert len(solver_call.completion.logprobs) == len(solver_call.completion.token_ids) > 0
+    # The agent's sampling: the request's temperature is ignored; max_tokens only lowers the agent's limit.
+    assert solver_call.sampling == SamplingParams(temperature=1.0, max_tokens=10)
+    assert checker_call.sampling == SamplingParams(temperature=0.7, max_tokens=3)
+    assert reply.usage.prompt_tokens == len(solver_call.prompt_ids)
+    assert reply.usage.completion_tokens == len(solver_call.completion.token_ids) <= 10
+    assert reply.model == "solver" and reply.choices[0].finish_reason in ("stop", "length")
+    assert server.calls("run-b") == []  # calls are attributed to the run whose key made them
+
+
+def test_the_async_client_and_many_concurrent_calls(gateway):
+    server, _ = gateway
+
+    async def many():
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key=server.key_for("run-b"), max_retries=0)
+        replies = await asyncio.gather(*(client.chat.completions.create(
+            model="checker", messages=[{"role": "user", "content": f"Count to {i}."}]) for i in range(6)))
+        await client.close()
+        return replies
+
+    replies = asyncio.run(many())
+    calls = server.calls("run-b")
+    assert len(replies) == len(calls) == 6
+    assert sorted(c.index for c in calls) == list(range(6))
+    # max_response_length (12) caps the agent's own 64
+    assert all(c.sampling.max_tokens == 12 for c in calls)
+
+
+def test_models_lists_the_agents(gateway):
+    server, _ = gateway
+    assert [m.id for m in _client(server).models.list().data] == ["solver", "checker"]
+
+
+def test_refusals_name_what_is_wrong(gateway):
+    server, _ = gateway
+    client = _client(server)
+    ok = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.NotFoundError, match=r"'critic' is not an agent of this run.*\['solver', 'checker'\]"):
+        client.chat.completions.create(model="critic", messages=ok)
+    with pytest.raises(openai.AuthenticationError, match="wrong bearer token"):
+        _client(server, key="sk-guess.run-a").chat.completions.create(model="solver", messages=ok)
+    with pytest.raises(openai.AuthenticationError, match="has ended"):
+        _client(server, run="run-z").chat.completions.create(model="solver", messages=ok)
+    with pytest.raises(openai.BadRequestError, match="`messages` must be a non-empty list"):
+        client.chat.completions.create(model="solver", messages=[])
+    with pytest.raises(openai.BadRequestError, match="`n`=2 is not served"):
+        client.chat.completions.create(model="solver", messages=ok, n=2)
+    with pytest.raises(openai.BadRequestError, match="`tools`"):
+        client.chat.completions.create(model="solver", messages=ok, tools=[{"type": "function", "function": {
+            "name": "add", "parameters": {"type": "object", "properties": {}}}}])
+    with pytest.raises(openai.BadRequestError, match="over training.max_prompt_length=256"):
+        client.chat.completions.create(model="solver", messages=[{"role": "user", "content": "word " * 400}])
+    with pytest.raises(openai.BadRequestError, match="`max_tokens`=0 must be a positive integer"):
+        client.chat.completions.create(model="solver", messages=ok, max_tokens=0)
+    assert server.refused[404] >= 1 and server.refused[401] >= 2 and server.refused[400] >= 5
