@@ -178,3 +178,59 @@ def test_check_env_passes_the_program_and_names_what_a_broken_one_does_wrong(pro
     monkeypatch.setenv("DUO_MODE", "raise_half")
     assert main(["check-env", "program", "--option", "program=duo_program", "--option", "agents=[a,b]"]) == 1
     assert "runs failed; the first: the program raised ValueError" in capsys.readouterr().out
+
+
+# The same shape written with an agent framework (the OpenAI Agents SDK): two agents, each its own `Agent` with
+# instructions, run one after the other by the SDK's `Runner` over chat completions.
+SDK_PROGRAM = textwrap.dedent('''
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # no trace export: the run is offline
+
+
+    def tasks(split, count):
+        start = 0 if split == "train" else 500
+        return [{"id": f"{split}-{i}", "topic": f"item {start + i}"} for i in range(count)]
+
+
+    async def run(task, base_url, api_key):
+        client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+        writer = Agent(name="writer", instructions="Write one short sentence.",
+                       model=OpenAIChatCompletionsModel(model="writer", openai_client=client))
+        judge = Agent(name="judge", instructions="Answer yes if the sentence is short, else no.",
+                      model=OpenAIChatCompletionsModel(model="judge", openai_client=client))
+        offline = RunConfig(tracing_disabled=True)
+        draft = await Runner.run(writer, f"Describe {task['topic']}.", run_config=offline)
+        verdict = await Runner.run(judge, str(draft.final_output), run_config=offline)
+        await client.close()
+        short = len(str(draft.final_output).split()) <= 6
+        return {"writer": float(short),
+                "judge": float(str(verdict.final_output).strip().lower().startswith("yes") == short)}
+''')
+
+
+def test_a_program_written_with_the_openai_agents_sdk_trains_each_agent_on_its_own_adapter(tmp_path, monkeypatch):
+    from pettingllms.entry.train import load_config
+    from pettingllms.trainer.trainer import Trainer
+
+    (tmp_path / "sdk_program.py").write_text(SDK_PROGRAM)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    overrides = [t for t in TRAIN[1:] if not t.startswith(("env.options.program", "env.agents"))]
+    cfg = load_config("train", [*overrides, "env.options.program=sdk_program", "env.agents=[writer,judge]",
+                                "training.save_samples_freq=1", f"training.log_dir={tmp_path / 'logs'}"])
+    try:
+        with Trainer(cfg) as trainer:
+            metrics = trainer.step(1).metrics
+            rows = [json.loads(line) for line in (trainer.run_dir / "samples" / "step_000001.jsonl").open()]
+    finally:
+        sys.modules.pop("sdk_program", None)
+    for agent in ("writer", "judge"):
+        assert metrics[f"policy_0/{agent}/samples"] == 4.0
+        assert metrics[f"policy_0/actor/adapter/{agent}/num_sequences"] == 4.0
+    assert metrics["episode/error_ratio"] == 0.0
+    # the framework's messages are what was trained on: each agent's instructions lead its prompts
+    prompts = {row["agent"]: [row["prompt"] or c["prompt"] for c in row["candidates"]] for row in rows}
+    assert all("Write one short sentence." in p for p in prompts["writer"])
+    assert all("Answer yes if the sentence is short" in p for p in prompts["judge"])
