@@ -23,6 +23,7 @@ CPU = {  # preset -> (env, env options): the packaged SmolLM2-135M on boards it 
     "cpu_sokoban": ("sokoban", {"size": 6, "boxes": 1, "max_moves": 2}),
 }
 GAME_PRESETS = ("cpu_tictactoe",)  # a library game against a fixed opponent (docs/self_play.md)
+PROGRAM_PRESETS = ("cpu_vault_program",)  # an agent program written with an agent framework (docs/agent_programs.md)
 TINY_STEP = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=1",
              "training.train_batch_size=1", "rollout.branching=2", "env.max_val_problems=2", "training.val_freq=1",
              "resources.use_ray=false", "training.export_hf=false", "training.plot=false"]
@@ -36,7 +37,7 @@ def env_roles(name: str) -> set[str]:
 
 def test_every_preset_file_is_global_and_tested():
     presets = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
-    assert presets == sorted([*PAPER, *CPU, *GAME_PRESETS, "quick_test"])
+    assert presets == sorted([*PAPER, *CPU, *GAME_PRESETS, *PROGRAM_PRESETS, "quick_test"])
     for name in presets:
         first = (CONFIG_DIR / "experiment" / f"{name}.yaml").read_text().splitlines()[0]
         assert first == "# @package _global_", f"{name}.yaml must start with '# @package _global_'"
@@ -175,3 +176,30 @@ def test_the_tictactoe_preset_plays_one_agent_against_the_random_opponent_and_it
     assert 0 < longest <= cfg.training.max_prompt_length
     assert main(["train", "+experiment=cpu_tictactoe", f"training.log_dir={tmp_path}", *TINY_STEP]) == 0
     assert "held-out procedural (2 problems, validation sampling): success" in capsys.readouterr().out
+
+
+def test_the_vault_program_preset_runs_the_sdk_program_through_the_gateway_with_the_vault_envs_prompts(tmp_path):
+    """cpu_vault_program: the vault task's two agents as OpenAI Agents SDK agents; the prompts the gateway records
+    are the vault env's own (worked example included), and one tiny step runs with validation before and after."""
+    pytest.importorskip("agents", reason="the programs extra")
+    from pettingllms.core.env import make_agents
+    from pettingllms.entry.train import run_training
+    from pettingllms.envs.vault.env import VaultEnv
+
+    cfg = load_config("train", ["+experiment=cpu_vault_program"])
+    assert (cfg.env.name, cfg.specialization, cfg.rollout.mode, list(cfg.env.agents)) == (
+        "program", "L1", "trajectory", ["reader", "opener"])
+    trainer, results = run_training("train", ["+experiment=cpu_vault_program", *TINY_STEP,
+                                              "training.save_samples_freq=1", f"training.log_dir={tmp_path}"])
+    assert len(results) == 1 and "val/procedural/success_rate" in results[0].metrics
+    rows = [json.loads(line) for line in (trainer.run_dir / "samples" / "step_000001.jsonl").open()]
+    vault = VaultEnv()
+    agents = make_agents(vault)
+    problem = vault.procedural_problems("train", 1)[0]
+    reader_prompt = agents["reader"].observe(vault.reset(problem, 0), 0)
+    from pettingllms.models.codec import HFChatCodec
+
+    codec = HFChatCodec.from_pretrained("tiny-random-smollm2")
+    expected = codec.decode(codec.encode_chat(reader_prompt))
+    prompts = [row["prompt"] or c["prompt"] for row in rows if row["agent"] == "reader" for c in row["candidates"]]
+    assert prompts and all(p.split("Your card says:")[0] == expected.split("Your card says:")[0] for p in prompts)
