@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import DataError, Env, Problem
+from pettingllms.data.cell_sizes import refuse_huge_cells
 from pettingllms.data.layout import dataset_path
 from pettingllms.data.row_checks import Fields, check_rows, fields_of
 
@@ -304,9 +305,11 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises its own error types
             raise DataError(f"cannot read parquet file {path}: {exc}") from exc
+        refuse_huge_cells(table, f"dataset file {path}")
+        return table.to_pylist()
     from pettingllms.data.sources import read_local
 
     return read_local(path)
@@ -327,6 +330,7 @@ def _read_hub(source: DataSource) -> list[dict[str, Any]]:
             f"cannot load hub dataset {source.spec!r} (split {source.split!r}): {type(exc).__name__}: "
             f"{str(exc)[:300]}. Without a network, give a local file instead (a .parquet/.jsonl path), or make it "
             f"once where a network exists (docs/datasets.md)") from exc
+    refuse_huge_cells(table.data.table, f"hub dataset {source.spec!r} (split {source.split!r})")
     rows = [dict(row) for row in table]
     return convert_rows(known, rows) if known is not None else rows
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from pettingllms.core.atomic import atomic_file
 from pettingllms.core.errors import DataError
+from pettingllms.data.cell_sizes import refuse_huge_cells
 from pettingllms.data.layout import SPLITS, dataset_path
 
 LOCAL_SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
@@ -65,6 +66,7 @@ def read_local(path: Path) -> list[Row]:
         cause = exc.__cause__ or exc.__context__  # datasets wraps the parser's error in a generic one
         detail = f"{exc}" + (f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else "")
         raise DataError(f"cannot read local data file {path} as {kind}: {detail}") from exc
+    refuse_huge_cells(table.data.table, f"local data file {path}")
     return [dict(row) for row in table]
 
 

@@ -25,12 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from pettingllms.core.env import Problem
 from pettingllms.core.errors import EnvError
 from pettingllms.core.program import AgentProgram, checked_rewards, episode_success
-from pettingllms.core.env import Problem
 from pettingllms.core.types import FINISH_LENGTH, EpisodeRecord, Sample
 from pettingllms.rollout.executor import (
-    MAX_ABS_REWARD, WHOLE_EPISODE, AgentSpec, ExecutorConfig, RolloutResult, usable_reward,
+    MAX_ABS_REWARD, WHOLE_EPISODE, AgentSpec, Executor, ExecutorConfig, RolloutResult, usable_reward,
 )
 from pettingllms.rollout.gateway import GENERATE, Call, Gateway, Route
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
@@ -188,10 +188,8 @@ class ProgramRollout:
 
 
 def rollout_for(env: Any, agents: Mapping[str, AgentSpec], clients: Mapping[str, PolicyClient],
-                config: ExecutorConfig) -> "Executor | ProgramRollout":
+                config: ExecutorConfig) -> Executor | ProgramRollout:
     """The env's executor: ``ProgramRollout`` for an agent program, the ``Executor`` for every other env."""
-    from pettingllms.rollout.executor import Executor
-
     if isinstance(env, AgentProgram):
         return ProgramRollout(env, agents, clients, config)
     return Executor(env, agents, clients, config)

@@ -31,3 +31,26 @@ def test_policy_group_starts_ray_under_a_private_directory_and_removes_it(monkey
         group.shutdown()
     assert not ray.is_initialized()
     assert not private.exists()
+
+
+def test_a_killed_drivers_directory_is_removed_at_the_next_start_and_a_live_ones_kept(tmp_path):
+    """A driver killed by SIGKILL never stops Ray: its private directory stays until the next start removes it."""
+    import os
+    import subprocess
+    import sys
+
+    from pettingllms.runtime.local_ray import OWNER_FILE, remove_stale_ray_dirs
+
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    killed.kill()
+    killed.wait()
+    prefix = f"pettingllms-ray-{os.getuid()}-"
+    dead, live, unowned = (tmp_path / f"{prefix}dead", tmp_path / f"{prefix}live", tmp_path / f"{prefix}old")
+    for folder, pid in ((dead, killed.pid), (live, os.getpid()), (unowned, None)):
+        (folder / "r" / "session_x").mkdir(parents=True)
+        if pid is not None:
+            (folder / OWNER_FILE).write_text(str(pid))
+    other = tmp_path / "pettingllms-ray-someone-else"
+    other.mkdir()
+    assert remove_stale_ray_dirs(tmp_path) == [dead]
+    assert not dead.exists() and live.exists() and unowned.exists() and other.exists()
