@@ -14,6 +14,7 @@ from pettingllms.core.errors import (
     RolloutMismatchError,
     StoppedBySignal,
     UnsafeCheckpointError,
+    DamagedCheckpointError,
 )
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.registry import (
@@ -61,6 +62,7 @@ __all__ = [
     "RolloutMismatchError",
     "StoppedBySignal",
     "UnsafeCheckpointError",
+    "DamagedCheckpointError",
     "Sample",
     "SamplingParams",
     "Transition",

@@ -21,6 +21,10 @@ class UnsafeCheckpointError(PettingLLMsError, ValueError):
     folder): it was tampered with or is foreign, and is not loaded."""
 
 
+class DamagedCheckpointError(PettingLLMsError, ValueError):
+    """A checkpoint file is truncated or unreadable (a full disk, an interrupted copy, an edit): it is not loaded."""
+
+
 class DataError(PettingLLMsError, ValueError):
     """A missing, empty or malformed dataset."""
 

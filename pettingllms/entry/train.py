@@ -100,7 +100,21 @@ def check_run(cfg) -> list[str]:
                                             PREFLIGHT_PROBLEMS, cfg.env.max_val_problems)
     check_first_prompts(cfg, run_plan, codecs, training, benchmarks)
     placement = check_here([spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
-    return [describe_plan(run_plan), f"placement: {placement}", *data, *describe_models(sources, codecs)]
+    return [describe_plan(run_plan), f"placement: {placement}", *data, *describe_models(sources, codecs),
+            resume_line(cfg.training)]
+
+
+def resume_line(training) -> str:
+    """What the run would continue from, its files checked as a resume checks them (index, shard sizes, RNG states,
+    nothing leading out of the step directory); raises their one-line refusal."""
+    from pettingllms.runtime import checkpoints as ckpt
+    from pettingllms.trainer.run_dir import resume_point
+
+    point = resume_point(training.log_dir, training.experiment_name, training.resume)
+    if point is None or point[1] is None:
+        return "resume:   none (a fresh run directory)"
+    ckpt.check_checkpoint(point[1])
+    return f"resume:   {point[1]} (its files checked)"
 
 
 def train(cfg):

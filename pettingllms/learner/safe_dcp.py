@@ -22,7 +22,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, StorageMeta
 
-from pettingllms.core.errors import UnsafeCheckpointError
+from pettingllms.core.errors import DamagedCheckpointError, UnsafeCheckpointError
 
 METADATA_FILE = ".metadata"
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
@@ -120,11 +120,23 @@ class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
 
 
 def check_dcp(directory: str | Path) -> None:
-    """Refuse a DCP folder that would run code when loaded, without loading its tensors: the index and every
-    non-tensor entry are read as ``load_dcp`` reads them. For a process that hands the folder to others (Ray
-    workers), so the refusal is reported where the user sees it."""
+    """Refuse a DCP folder that would run code when loaded, or whose shards are truncated, without loading its
+    tensors: the index and every non-tensor entry are read as ``load_dcp`` reads them, and every entry's bytes must
+    lie in its shard file. For a process that hands the folder to others (Ray workers), so the refusal is reported
+    where the user sees it."""
     directory = Path(directory)
     metadata = read_metadata(directory / METADATA_FILE)
+    sizes: dict[str, int] = {}
+    for index, info in metadata.storage_data.items():  # every entry's bytes are there: no truncated or missing shard
+        if info.relative_path not in sizes:
+            shard = directory / info.relative_path
+            sizes[info.relative_path] = shard.stat().st_size if shard.is_file() else -1
+        if sizes[info.relative_path] < info.offset + info.length:
+            state = "missing" if sizes[info.relative_path] < 0 else f"{sizes[info.relative_path]:,} bytes"
+            raise DamagedCheckpointError(
+                f"checkpoint shard {directory / info.relative_path} is {state}, but its index places "
+                f"{index.fqn!r} at bytes {info.offset:,}..{info.offset + info.length:,}: the checkpoint is truncated "
+                "or incomplete (a full disk, an interrupted copy); resume from an earlier step")
     for index, info in metadata.storage_data.items():
         if not isinstance(metadata.state_dict_metadata.get(index.fqn), BytesStorageMetadata):
             continue

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pettingllms.core import ConfigError, DiskFullError, UnsafeCheckpointError
+from pettingllms.core import ConfigError, DamagedCheckpointError, DiskFullError, UnsafeCheckpointError
 from pettingllms.core.atomic import atomic_directory, leftovers, remove_directory_aside, write_text_atomic
 from pettingllms.core.file_modes import restrict_to_owner
 
@@ -233,9 +233,29 @@ def load_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     rank_path = folder / RANK_FILE.format(rank=rank)
     if not rank_path.is_file():  # a rank the saving run did not have keeps its seeded RNG
         return None
-    state = torch.load(rank_path, weights_only=True)
+    state = read_rank_state(rank_path)
     torch.set_rng_state(state["torch_rng"])
     return state["engine_rng"]
+
+
+def read_rank_state(path: Path) -> dict[str, Any]:
+    """A rank's RNG state file, weights-only; one line naming the file when it is damaged or not ours."""
+    import re
+
+    import torch
+
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a refused global, a truncated zip, bad bytes: torch raises many types
+        named = re.search(r"GLOBAL ([\w.]+)", str(exc))  # weights_only refused to build this: not plain data
+        if named:
+            raise UnsafeCheckpointError(f"checkpoint file {path} refers to {named.group(1)}, which a checkpoint "
+                                        "never needs: refusing to load it") from None
+        raise DamagedCheckpointError(f"checkpoint file {path} cannot be read ({type(exc).__name__}; not a torch file, "
+                                     "or cut short): it is damaged; resume from an earlier step") from None
+    if not isinstance(state, dict) or "torch_rng" not in state or "engine_rng" not in state:
+        raise DamagedCheckpointError(f"checkpoint file {path} is not a rank's RNG state (no torch_rng/engine_rng)")
+    return state
 
 
 def check_checkpoint(checkpoint: Path) -> None:
@@ -251,6 +271,8 @@ def check_checkpoint(checkpoint: Path) -> None:
                                         f"step directory ({checkpoint}); refused")
     for shards in sorted((checkpoint / POLICIES_DIR).glob(f"*/{SHARDS_DIR}")):
         check_dcp(shards)
+    for rank_path in sorted((checkpoint / POLICIES_DIR).glob("*/rank_*.pt")):
+        read_rank_state(rank_path)
 
 
 def load_trained_weights(model: "torch.nn.Module", folder: Path, policy: str,

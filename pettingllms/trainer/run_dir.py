@@ -36,6 +36,23 @@ def find_resumable_run(log_dir: str | Path, experiment: str) -> Path | None:
     return runs[-1].parents[1] if runs else None
 
 
+def resume_point(log_dir: str | Path, experiment: str, resume: str) -> tuple[Path, Path | None] | None:
+    """(run directory, checkpoint) a run continues, or None for a fresh run. ``resume``: ``auto`` (the latest run of
+    ``experiment`` with a checkpoint), ``none``/"" or a checkpoint directory (ConfigError if it is not one)."""
+    from pettingllms.core import ConfigError
+    from pettingllms.runtime import checkpoints as ckpt
+
+    if resume == "auto":
+        run = find_resumable_run(log_dir, experiment)
+        return (run, ckpt.latest_checkpoint(run / "checkpoints")) if run is not None else None
+    if resume in ("none", ""):
+        return None
+    checkpoint = Path(resume).absolute()  # handed to Ray actors, whose working directory is not ours
+    if not (checkpoint / ckpt.STATE_FILE).is_file():
+        raise ConfigError(f"training.resume={resume!r} is not a checkpoint directory")
+    return checkpoint.parents[1], checkpoint
+
+
 class _OursOrWarnings(logging.Filter):
     """train.log keeps pettingllms' own records at INFO and above, and every library's warnings and errors."""
 

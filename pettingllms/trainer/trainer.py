@@ -27,7 +27,7 @@ from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
-from pettingllms.core import ConfigError, Sample, StoppedBySignal
+from pettingllms.core import Sample, StoppedBySignal
 from pettingllms.core.env import has_outcome
 from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
@@ -44,7 +44,7 @@ from pettingllms.trainer.run_dir import (
     RECORD_LOGGER,
     attach_file_logger,
     detach_file_logger,
-    find_resumable_run,
+    resume_point,
     truncate_summary,
     write_run_config,
     write_training_samples,
@@ -287,15 +287,9 @@ class Trainer:
 
     def _choose_run_dir(self) -> tuple[Path, Path | None]:
         t = self.cfg.training
-        if t.resume == "auto":
-            run = find_resumable_run(t.log_dir, t.experiment_name)
-            if run is not None:
-                return run, ckpt.latest_checkpoint(run / "checkpoints")
-        elif t.resume not in ("none", ""):
-            checkpoint = Path(t.resume).absolute()  # handed to Ray actors, whose working directory is not ours
-            if not (checkpoint / ckpt.STATE_FILE).is_file():
-                raise ConfigError(f"training.resume={t.resume!r} is not a checkpoint directory")
-            return checkpoint.parents[1], checkpoint
+        point = resume_point(t.log_dir, t.experiment_name, t.resume)
+        if point is not None:
+            return point
         return new_run_dir(t.log_dir, t.experiment_name, shared=t.share_run_dir), None
 
     def _config_text(self) -> str:

@@ -147,3 +147,37 @@ def test_the_settings_taken_from_a_run_print_option_values():
     from pettingllms.eval.run_settings import _describe
 
     assert _describe({"settle": True, "game": "kuhn_poker"}) == "{settle=True, game=kuhn_poker}"
+
+
+@pytest.mark.parametrize("damage", ["truncated shard", "garbage rank file", "pickled object in rank file"])
+def test_a_damaged_checkpoint_is_refused_in_one_line_by_eval_export_resume_and_dry_run(clean_run, tmp_path, capsys,
+                                                                                     damage):
+    """A full disk or an interrupted copy truncates a shard; an edit breaks a rank file. Each command names the file
+    in one line (exit 2, no traceback), and --dry-run of a resume checks the files too."""
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    step = run / "checkpoints" / "step_000001"
+    if damage == "truncated shard":
+        shard = max((p for p in step.rglob("*.distcp")), key=lambda p: p.stat().st_size)
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+        expected = "is truncated or incomplete"
+    else:
+        (rank,) = step.rglob("rank_0.pt")
+        if damage == "garbage rank file":
+            rank.write_bytes(b"not a torch file")
+        else:  # a torch file whose pickle builds an object: weights_only refuses it
+            torch.save({"torch_rng": ValueError("x"), "engine_rng": None}, rank)
+        expected = "cannot be read" if damage == "garbage rank file" else "refers to exceptions.ValueError, which a checkpoint never needs"
+    assert main(["eval", f"model.checkpoint={run}", f"eval.log_dir={tmp_path / 'eval'}", *EVAL]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
+    assert main(["export", str(run), "--out", str(tmp_path / "hf")]) == 2
+    assert expected in capsys.readouterr().err
+    resume = [*TRAIN, f"training.resume={step}", "training.total_training_steps=2", f"training.log_dir={run}"]
+    assert main(["train", *resume, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
+    assert main(["train", *resume]) == 2
+    assert expected in capsys.readouterr().err
