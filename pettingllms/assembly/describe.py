@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pettingllms.assembly.plan import RunPlan
+from pettingllms.core.program import AgentProgram
 from pettingllms.core.registry import ENVS
 
 
@@ -20,11 +21,17 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
     stages = " -> ".join("[" + ", ".join(stage) + "]" for stage in env.graph.stages(0))
     name = ENVS.name_of(type(env)) or type(env).__name__  # as env.name would name it
     ex = run_plan.executor_config
-    lines = [
-        f"env:      {name} ({type(env).__module__}.{type(env).__qualname__}), max_turns {env.max_turns}, "
-        f"stages per turn: {stages}",
-        f"rollout:  {ex.mode}, K={ex.branching}, select {ex.select}, reward = {ex.alpha:g} x team + local",
-    ]
+    if isinstance(env, AgentProgram):  # its own order of calls: no turns, stages or selection
+        program = getattr(env, "program", type(env).__qualname__)
+        lines = [f"env:      {name} (agent program {program}), agents {', '.join(env.graph.agents)}; one run of the "
+                 f"program is one episode (timeout {env.timeout_s:g} s)",
+                 f"rollout:  {ex.mode}, K={ex.branching} runs per task, each agent's calls credited with its reward"]
+    else:
+        lines = [
+            f"env:      {name} ({type(env).__module__}.{type(env).__qualname__}), max_turns {env.max_turns}, "
+            f"stages per turn: {stages}",
+            f"rollout:  {ex.mode}, K={ex.branching}, select {ex.select}, reward = {ex.alpha:g} x team + local",
+        ]
     lines += describe_agents(run_plan)
     for worker in run_plan.worker_specs:
         policy = run_plan.policies[worker.policy]

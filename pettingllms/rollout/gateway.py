@@ -57,6 +57,7 @@ class Call:
     run: str
     agent: str
     index: int  # the agent's calls in its run, in order
+    order: int  # the run's calls, in the order they were asked
     prompt_ids: tuple[int, ...]
     completion: Completion
     sampling: SamplingParams
@@ -114,6 +115,7 @@ class Gateway:
         self._runs: set[str] = set()
         self._calls: dict[str, list[Call]] = defaultdict(list)
         self._issued: dict[tuple[str, str], int] = defaultdict(int)  # (run, agent) -> requests so far
+        self._asked: dict[str, int] = defaultdict(int)  # run -> requests so far
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -182,14 +184,15 @@ class Gateway:
             self._runs = set(runs)
             self._calls.clear()
             self._issued.clear()
+            self._asked.clear()
 
     def key_for(self, run: str) -> str:
         return f"{self._secret}.{run}"
 
     def calls(self, run: str) -> list[Call]:
-        """The run's answered calls, each agent's in the order it asked."""
+        """The run's answered calls, in the order they were asked."""
         with self._lock:
-            return sorted(self._calls.get(run, []), key=lambda c: (c.agent, c.index))
+            return sorted(self._calls.get(run, []), key=lambda c: c.order)
 
     # ------------------------------------------------------------------------------------------ HTTP
     async def _models(self, request) -> Any:
@@ -264,13 +267,15 @@ class Gateway:
         with self._lock:
             index = self._issued[(run, agent)]  # in the order the requests came, concurrent ones included
             self._issued[(run, agent)] += 1
+            order = self._asked[run]
+            self._asked[run] += 1
             self.requests += 1
         result = await self._batches[route.policy].generate(GenerationRequest(
             request_id=f"{run}/{agent}/{index}", prompt_ids=prompt_ids, n=1, sampling=sampling,
             adapter=route.adapter, prefix_group=run))
         completion = result.completions[0]
         with self._lock:
-            self._calls[run].append(Call(run, agent, index, prompt_ids, completion, sampling))
+            self._calls[run].append(Call(run, agent, index, order, prompt_ids, completion, sampling))
         finish = "length" if completion.finish_reason == "length" else "stop"
         return {
             "id": f"chatcmpl-{run}-{agent}-{index}", "object": "chat.completion", "created": int(time.time()),

@@ -39,6 +39,7 @@ def test_a_call_is_routed_recorded_with_its_exact_ids_and_sampled_with_the_agent
     reply = _client(server).chat.completions.create(model="solver", messages=messages, temperature=0.0,
                                                      max_tokens=500)
     checker = _client(server).chat.completions.create(model="checker", messages=messages, max_tokens=3)
+    assert [(c.agent, c.order) for c in server.calls("run-a")] == [("solver", 0), ("checker", 1)]  # as asked
     (solver_call,) = [c for c in server.calls("run-a") if c.agent == "solver"]
     (checker_call,) = [c for c in server.calls("run-a") if c.agent == "checker"]
     # The prompt the learner trains on is the chat template's rendering of the messages the program sent, and the
