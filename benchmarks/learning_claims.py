@@ -168,12 +168,12 @@ it must change, the first result is kept and both are reported):
   success in 20 steps (~11,000 generated tokens), with training success at 1.0 after ~2,300 tokens; the budget above
   is set small enough that the methods are still learning within it.
 
-Result of pre-registration 1 (README, "paper claim at CPU scale"; ``benchmarks/results/learning_claims.json``):
+Result of pre-registration 1 (docs/results.md, "paper claim at CPU scale"; ``benchmarks/results/learning_claims.json``):
 AT-GRPO 0.58 +- 0.31 on the primary metric, trajectory GRPO 0.33 +- 0.24, single agent 0.23 +- 0.16; AT-GRPO beat
 single-agent GRPO by its rule and was not separated from trajectory GRPO: the spread across 3 seeds was as large as
 the difference. Pre-registration 2 is the comparison made to separate them.
 
-Result of pre-registration 2 (README; ``benchmarks/results/learning_claims_paired_vault.json``, every run in
+Result of pre-registration 2 (docs/results.md; ``benchmarks/results/learning_claims_paired_vault.json``, every run in
 ``learning_claims_paired_vault_runs.jsonl``; per-seed curves in docs/environments/vault.md): 16 paired seeds per
 method, 48 runs in 248 min. Primary metric AT-GRPO 0.69 +- 0.21, trajectory GRPO 0.65 +- 0.23, single agent
 0.26 +- 0.24. AT-GRPO minus trajectory: +0.050, 95% interval [-0.108, +0.210], 8 seeds above and 8 below: not
@@ -182,13 +182,13 @@ separated (final success: -0.077 [-0.281, +0.132], not separated). AT-GRPO minus
 Not pre-registered, so a lead for a later pre-registration only: at the first evaluation point (about 1,150 tokens)
 AT-GRPO led trajectory GRPO by +0.17 [+0.04, +0.30], one of six such looks.
 
-Result of pre-registration 4 (README; ``benchmarks/results/learning_claims_early_vault.json``, every run in
+Result of pre-registration 4 (docs/results.md; ``benchmarks/results/learning_claims_early_vault.json``, every run in
 ``learning_claims_early_vault_runs.jsonl``; per-seed values in docs/environments/vault.md): 32 runs in 74 min. Final
 held-out success at 1,000 tokens: AT-GRPO 0.63 +- 0.24, trajectory GRPO 0.53 +- 0.21; AT-GRPO minus trajectory
 +0.091, 95% interval [-0.029, +0.201], 11 seeds above and 5 below: not separated. The early lead of
 pre-registration 2 is not confirmed.
 
-Result of pre-registration 3 (README; ``benchmarks/results/learning_claims_paired_game_cpu_plan_path.json``): on
+Result of pre-registration 3 (docs/results.md; ``benchmarks/results/learning_claims_paired_game_cpu_plan_path.json``): on
 ``cpu_plan_path`` AT-GRPO 0.44 +- 0.26 on the primary metric, trajectory GRPO 0.36 +- 0.22; the mean paired
 difference +0.081, 95% interval [-0.081, +0.255] over 8 paired seeds (4 above, 4 below): not separated.
 """

@@ -553,6 +553,7 @@ class PolicyInput:
     gpus: float  # the policy's GPUs (a share below 1)
     tensor_parallel: int = 1
     utilization: float = 0.5  # vLLM gpu_memory_utilization
+    auto_utilization: bool = False  # engine_options.gpu_memory_utilization=auto: the plan sizes it
     engine_bytes: int = 2
     max_model_len: int = 0
     longest_sample: int = 0  # max_prompt_length + max_response_length: a micro-batch never has fewer tokens
@@ -726,6 +727,10 @@ def gpu_plans(policies: Sequence[PolicyInput], gpu_bytes: float | None) -> list[
 
 # ----------------------------------------------------------------------------------------------------- fixes
 LOGPROB_CHUNK_FIX = 1024  # the chunk the plan offers: 0.6 GB of fp32 logits per copy at Qwen3's vocabulary
+# gpu_memory_utilization=auto: never above this (vLLM's own default is 0.9), and this much under the largest budget
+# that fits, for what the plan does not count (fragmentation, a library's workspace).
+AUTO_MAX_UTILIZATION = 0.9
+AUTO_MARGIN = 0.03
 @dataclass(frozen=True)
 class Fix:
     overrides: str  # what to add to the command line
@@ -866,12 +871,43 @@ def _lora(policy: PolicyInput, rank: int = 16) -> PolicyInput:
                     trained_adapters=1, reference_copy=False)
 
 
-def _utilization(policies: Sequence[PolicyInput], policy: PolicyInput, gpu_bytes: float) -> float | None:
+def size_auto_engines(policies: Sequence[PolicyInput], gpu_bytes: float | None) -> list[PolicyInput]:
+    """Each policy with ``gpu_memory_utilization=auto`` gets the largest budget (two decimals, at most
+    ``AUTO_MAX_UTILIZATION``) with which every GPU fits, less ``AUTO_MARGIN`` for what the plan does not see; one
+    that cannot fit at any budget keeps the default, and the plan's refusal names the fixes. Needs the GPU's size."""
+    policies = list(policies)
+    auto = [p.name for p in policies if p.auto_utilization]
+    if not auto:
+        return policies
+    if gpu_bytes is None:
+        raise ConfigError(f"engine_options.gpu_memory_utilization=auto (policies {auto}) sizes vLLM from the GPU "
+                          "memory plan, which needs the GPU's size: set resources.gpu_memory_gb (or run where the "
+                          "GPU is visible)")
+    for index, policy in enumerate(policies):
+        if not policy.auto_utilization:
+            continue
+        capped = [dataclasses.replace(q, utilization=min(q.utilization, AUTO_MAX_UTILIZATION)) if q is policy else q
+                  for q in policies]
+        best = _utilization(capped, capped[index], gpu_bytes, ceiling=AUTO_MAX_UTILIZATION)
+        if best is not None and best - AUTO_MARGIN > 0:
+            policies[index] = dataclasses.replace(policy, utilization=round(best - AUTO_MARGIN, 2))
+    return policies
+
+
+def planned_utilizations(memory: "MemoryPlan | None") -> dict[str, float]:
+    """Policy -> the budget the plan gave an ``auto`` engine, for its worker spec."""
+    if memory is None:
+        return {}
+    return {p.name: p.utilization for p in memory.policies if p.auto_utilization}
+
+
+def _utilization(policies: Sequence[PolicyInput], policy: PolicyInput, gpu_bytes: float,
+                 ceiling: float = 0.95) -> float | None:
     """A gpu_memory_utilization (two decimals) for ``policy`` with which every GPU fits, or None."""
     def with_value(value: float) -> list[PolicyInput]:
         return [dataclasses.replace(q, utilization=value) if q is policy else q for q in policies]
 
-    candidates = [v / 100 for v in range(95, 0, -1)]
+    candidates = [v / 100 for v in range(round(ceiling * 100), 0, -1)]
     for value in candidates:  # the largest that fits: the most KV cache
         if _evaluate(with_value(value), gpu_bytes)[1]:
             return value
@@ -986,7 +1022,8 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
                                                         f"({moment.bytes / GB:.2f} GB)", 6))
     room = max(0.0, p.kv_room) if plan.gpu_bytes is not None else 0.0
     tokens, seqs = vllm_batch(plan.gpu_bytes, inp.batched_tokens, inp.max_seqs)
-    lines.append(f"    vLLM (TP={inp.tensor_parallel}, gpu_memory_utilization {inp.utilization:g}, "
+    sized = f" (auto: the largest that fits, less {AUTO_MARGIN:g})" if inp.auto_utilization else ""
+    lines.append(f"    vLLM (TP={inp.tensor_parallel}, gpu_memory_utilization {inp.utilization:g}{sized}, "
                  f"max_model_len {inp.max_model_len}):")
     budget = f"{inp.utilization:g} x the GPU" if plan.gpu_bytes is not None else "unknown GPU size: weights only"
     lines.append(_line("budget (when awake)", max(p.budget, p.engine_weights), budget, 6))
@@ -1063,6 +1100,7 @@ def check_gpu_memory(cfg: Any, worker_specs: Sequence[Any]) -> MemoryPlan | None
         if shape.model_type not in KNOWN_MODEL_TYPES:
             source += f"; model_type {shape.model_type!r} counted as a Llama-like decoder (approximate)"
         inputs.append(policy_input(spec, shape, source, longest))
+    inputs = size_auto_engines(inputs, gpu_bytes)
     memory = MemoryPlan(tuple(gpu_plans(inputs, gpu_bytes)), tuple(inputs), gpu_bytes, gpu_source,
                         tuple(unplanned))
     if not memory.fits:
@@ -1099,13 +1137,17 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         foreach_optimizer=not (fsdp is not None and fsdp.cpu_offload),
         logprob_chunk_tokens=int(learner.logprob_chunk_tokens),
     ).with_tokens(max(int(learner.micro_batch_max_tokens), longest_sample))
-    options = vllm_options(spec)
+    from pettingllms.runtime.serving import AUTO_UTILIZATION
+
+    options = vllm_options(spec)  # "auto" left out: the default budget, until the plan sizes it
     max_model_len = int(options.get("max_model_len") or shape.max_positions or longest_sample)
     llm_options = options.get("llm_options") or {}
     return PolicyInput(
         name=spec.policy, model=str(spec.model_path), source=source, shape=shape, learner=setup,
         gpus=float(layout.gpus), tensor_parallel=int(layout.tensor_parallel),
-        utilization=float(options["gpu_memory_utilization"]), engine_bytes=compute, max_model_len=max_model_len,
+        utilization=float(options["gpu_memory_utilization"]),
+        auto_utilization=spec.engine_options.get("gpu_memory_utilization") == AUTO_UTILIZATION,
+        engine_bytes=compute, max_model_len=max_model_len,
         longest_sample=longest_sample, micro_batch_max_tokens=int(learner.micro_batch_max_tokens),
         batched_tokens=int(llm_options.get("max_num_batched_tokens") or 0),
         max_seqs=int(llm_options.get("max_num_seqs") or 0),

@@ -13,7 +13,7 @@ from pettingllms.assembly.construct import accepted_options, check_options, cons
 from pettingllms.config.frozen import thaw
 from pettingllms.config.graph import acting_graph
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
-from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory
+from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_utilizations
 from pettingllms.config.schema import Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
@@ -119,6 +119,10 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     )
     worker_specs = worker_specs_of(cfg, policies)
     memory = check_gpu_memory(cfg, worker_specs) if check_memory and not isinstance(cfg, EvalRunConfig) else None
+    sized = planned_utilizations(memory)  # engine_options.gpu_memory_utilization=auto, sized by the plan
+    worker_specs = [dataclasses.replace(spec, engine_options={**spec.engine_options,
+                                                              "gpu_memory_utilization": sized[spec.policy]})
+                    if spec.policy in sized else spec for spec in worker_specs]
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory)
 
 

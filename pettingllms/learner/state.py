@@ -123,9 +123,10 @@ def restore(view: StateView, state: Mapping[str, Any]) -> int:
     return restore_meta(view, state["meta"], configured)
 
 
-# Threads (and files) per rank writing a checkpoint's shards: torch's default is one thread, which wrote the 20.6 GB
-# of a Qwen3-1.7B full fine-tune in 34 s on the H200 while training waited; the reader takes any number of files.
-WRITE_THREADS = 8
+# One writer thread per rank (torch's default), although it wrote the 20.6 GB of a Qwen3-1.7B full fine-tune in 34 s
+# on the H200: with FileSystemWriter(thread_count=8), torch 2.13 printed a writer thread's failure (a file-size limit
+# hit mid-write) and still completed the save, so a truncated checkpoint was published as good
+# (tests/trainer/test_faults.py caught it). Faster checkpoints need a writer that reports every thread's error.
 
 
 def _to_host(value: Any) -> Any:
@@ -155,8 +156,7 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
 
         with _requiring_grad(_optimizer_params(view)):
             state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
-    writer = dcp.FileSystemWriter(str(directory), thread_count=WRITE_THREADS)
-    dcp.save(state, storage_writer=writer, checkpoint_id=str(directory))
+    dcp.save(state, checkpoint_id=str(directory))
     return learner_meta(view, with_state)
 
 

@@ -54,6 +54,9 @@ from pettingllms.runtime.spec import WorkerSpec, engine_seed
 # awake; the engine sleeps during updates. A policy on a share of one GPU scales it by its share.
 VLLM_GPU_MEMORY_FRACTION = 0.5
 
+# engine_options.gpu_memory_utilization=auto: the largest budget with which the GPU memory plan fits (training).
+AUTO_UTILIZATION = "auto"
+
 # The LoRA ranks vLLM accepts for max_lora_rank (vLLM 0.28-0.32 refuse any other value at start-up).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -141,7 +144,10 @@ def vllm_options(spec: WorkerSpec, colocated: bool = True, engines_on_gpu: int =
         llm_options.setdefault("distributed_executor_backend", "mp")
     if llm_options:
         options["llm_options"] = llm_options
-    return {**options, **{k: v for k, v in spec.engine_options.items() if k != "llm_options"}}
+    # gpu_memory_utilization=auto is sized by the run's GPU memory plan, which writes the number into the training
+    # spec (assembly/memory.py::planned_utilizations); anywhere else (an evaluation of that run) the default stands.
+    return {**options, **{k: v for k, v in spec.engine_options.items()
+                          if k != "llm_options" and not (k == "gpu_memory_utilization" and v == AUTO_UTILIZATION)}}
 
 
 def vllm_lora_rank(rank: int, policy: str = "policy") -> int:

@@ -155,21 +155,21 @@ COMMITTED = [("paired", "vault", "learning_claims_paired_vault"), ("early", "vau
 def test_a_committed_comparison_is_what_its_committed_runs_give(protocol_name, env, name):
     """Every pre-registered (method, seed) run is in the committed record and still resumes under today's code
     (a config change that would silently re-run them fails here), and the committed report, its verdicts and the
-    README's figures are what the summary of those runs gives."""
+    figures in docs/results.md are what the summary of those runs gives."""
     protocol = lc.PROTOCOLS[protocol_name]
     runs = lc.finished_runs(RESULTS / f"{name}_runs.jsonl", protocol, env)
     methods = lc.PROTOCOL_METHODS.get(protocol_name, tuple(lc.VAULT.methods()))
     assert set(runs) == {(m, s) for m in methods for s in protocol.seeds}
     summary = lc.summarize(list(runs.values()), protocol)
     report = json.loads((RESULTS / f"{name}.json").read_text())
-    readme = (RESULTS.parents[1] / "README.md").read_text()
+    readme = (RESULTS.parents[1] / "docs" / "results.md").read_text()  # every figure lives there
     assert report["comparisons"].keys() == summary["comparisons"].keys()
     for key, mine in summary["comparisons"].items():
         committed = report["comparisons"][key]
         assert committed["verdict"] == mine["verdict"] and not mine["verdict"].startswith("no decision")
         for field in ("mean", "low", "high"):
             assert committed[field] == pytest.approx(mine[field], abs=1e-12)
-        if key.endswith("(auc)"):  # the primary metric's figures as the README states them
+        if key.endswith("(auc)"):  # the primary metric's figures as docs/results.md states them
             assert f"{mine['mean']:+.3f}" in readme and f"[{mine['low']:+.3f}, {mine['high']:+.3f}]" in readme
 
 

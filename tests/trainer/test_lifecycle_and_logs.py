@@ -39,7 +39,7 @@ def test_a_setup_that_fails_after_the_workers_started_releases_them(tmp_path, mo
     def broken_executor(*args, **kwargs):
         raise RuntimeError("the executor could not be built")
 
-    monkeypatch.setattr("pettingllms.trainer.trainer.Executor", broken_executor)
+    monkeypatch.setattr("pettingllms.trainer.trainer.rollout_for", broken_executor)
     before = file_handlers()
     with pytest.raises(RuntimeError, match="the executor could not be built"):
         run_training("train", TINY + [f"training.log_dir={tmp_path}"])

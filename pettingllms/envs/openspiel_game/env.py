@@ -16,23 +16,33 @@
   ``forfeit_mean`` each step.
 - **Outcome** (``Env.outcome``): the library's ``returns()``; a forfeit scores -1 for the seat that forfeited and
   +1/(n-1) for each other seat; a game cut by ``max_turns`` scores 0 for everyone.
-- **Opponents**: ``opponent=self`` (default) seats an agent per player; ``random`` (uniform over legal moves) or
-  ``mcts`` (the library's ``MCTSBot`` with random rollouts, ``mcts_simulations`` each move) seats one agent,
-  ``player``, which holds seat ``problem seed mod players``: seats alternate across problems. ``success`` is then a
-  win of ``player``; in self-play a game played to its end without a forfeit.
+- **Opponents**: ``opponent=self`` (default) seats an agent per player; ``random`` (uniform over legal moves),
+  ``mcts`` (the library's ``MCTSBot`` with random rollouts, ``mcts_simulations`` each move) or ``server`` (a model
+  behind any OpenAI-compatible endpoint: ``opponent_url``, ``opponent_model``, the bearer token from the environment
+  variable ``opponent_key_env``; it sees the prompt the seat would see, worked example included, and answers at
+  ``opponent_temperature``, 0 by default so that a position's reply is repeatable) seats one agent, ``player``,
+  which holds seat ``problem seed mod players``: seats alternate across problems. A server answer that names no
+  legal move, or a failed request, is replaced by a uniform legal move and counted: every step's info reports
+  ``opponent_fallbacks``, the game's count so far (``<policy>/player/info/opponent_fallbacks_mean``), and the first
+  failure's cause is logged once. ``success`` is then a win of ``player``; in self-play a game played to its end
+  without a forfeit.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
+import os
 import random
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+from pettingllms.envs.common.chat_client import ChatError, chat_once
 from pettingllms.envs.seats import example_problems, seeded_problems
 
-OPPONENTS = ("self", "random", "mcts")
+log = logging.getLogger(__name__)
+OPPONENTS = ("self", "random", "mcts", "server")
 TRAINED = "player"  # the one agent when the other seats are played by a fixed opponent
 
 
@@ -56,6 +66,7 @@ class SpielState:
     forfeit: int | None = None  # the seat whose invalid moves ended the game
     returns: tuple[float, ...] = ()  # the library's returns once the game is over
     shot: tuple[str, str] = ()  # one_shot: a worked example for the seat to move, (its prompt, a legal answer)
+    opponent_fallbacks: int = 0  # opponent=server: its moves replaced by a uniform legal move so far
 
 
 class OpenSpielEnv(Env):
@@ -64,11 +75,19 @@ class OpenSpielEnv(Env):
     known_options = ()
 
     def __init__(self, max_turns: int = 30, game: str = "tic_tac_toe", opponent: str = "self", max_invalid: int = 2,
-                 mcts_simulations: int = 50, one_shot: bool = False, **options: Any) -> None:
+                 mcts_simulations: int = 50, one_shot: bool = False, opponent_url: str = "", opponent_model: str = "",
+                 opponent_key_env: str = "OPENAI_API_KEY", opponent_temperature: float = 0.0,
+                 opponent_timeout: float = 60.0, **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
         pyspiel = import_pyspiel()
         if opponent not in OPPONENTS:
             raise ConfigError(f"env.options.opponent={opponent!r}: one of {list(OPPONENTS)}")
+        if opponent == "server" and not (opponent_url and opponent_model):
+            raise ConfigError("env.options.opponent=server needs env.options.opponent_url (an OpenAI-compatible API "
+                              "root, /v1 included) and env.options.opponent_model")
+        self.server = {"url": opponent_url, "model": opponent_model, "key_env": opponent_key_env,
+                       "temperature": float(opponent_temperature), "timeout_s": float(opponent_timeout)}
+        self._server_failed = False  # the first failure's cause is logged, the rest counted
         if max_invalid < 1:
             raise ConfigError(f"env.options.max_invalid={max_invalid}: must be >= 1")
         names = pyspiel.registered_names()
@@ -107,8 +126,8 @@ class OpenSpielEnv(Env):
         seat = problem_seed % self.players if self.opponent != "self" else None
         game_seed = f"{problem_seed}/{seed}"
         state = self.game.new_initial_state()
-        self._settle(state, game_seed, seat)
-        return self._record(state, game_seed, seat)
+        fallbacks = self._settle(state, game_seed, seat)
+        return replace(self._record(state, game_seed, seat), opponent_fallbacks=fallbacks)
 
     def acting_agents(self, state: SpielState) -> tuple[str, ...]:
         return (self._role(state.to_move),) if state.to_move >= 0 else ()
@@ -124,17 +143,17 @@ class OpenSpielEnv(Env):
             invalid = state.invalid + 1
             if invalid >= self.max_invalid:
                 return Transition(replace(state, invalid=invalid, forfeit=state.to_move, to_move=-1),
-                                  terminated=True, info={"invalid": 1.0, "forfeit": 1.0})
+                                  terminated=True, info=self._info(state, invalid=1.0, forfeit=1.0))
             refused = (f"Your answer {str(action)[:80]!r} is not one of the legal moves. "
                        f"{self.max_invalid - invalid} more invalid move(s) forfeit the game.")
             return Transition(replace(state, invalid=invalid, prompt=self._prompt(game_state, refused)),
-                              info={"invalid": 1.0, "forfeit": 0.0})
+                              info=self._info(state, invalid=1.0, forfeit=0.0))
         player = state.to_move
         game_state.apply_action(next(a for a in game_state.legal_actions()
                                      if game_state.action_to_string(player, a) == move))
-        self._settle(game_state, state.game_seed, state.seat)
-        new = self._record(game_state, state.game_seed, state.seat)
-        return Transition(new, terminated=game_state.is_terminal(), info={"invalid": 0.0, "forfeit": 0.0})
+        fallbacks = state.opponent_fallbacks + self._settle(game_state, state.game_seed, state.seat)
+        new = replace(self._record(game_state, state.game_seed, state.seat), opponent_fallbacks=fallbacks)
+        return Transition(new, terminated=game_state.is_terminal(), info=self._info(new, invalid=0.0, forfeit=0.0))
 
     # ------------------------------------------------------------------------------------------- results
     def team_reward(self, state: SpielState) -> float:
@@ -161,6 +180,12 @@ class OpenSpielEnv(Env):
         return f"history {list(state.history)}, to move {state.to_move}, returns {list(state.returns)}"
 
     # ------------------------------------------------------------------------------------------- helpers
+    def _info(self, state: SpielState, **values: float) -> dict[str, float]:
+        """A step's info: ``values``, and against a served opponent its fallbacks so far in the game."""
+        if self.opponent == "server":
+            values["opponent_fallbacks"] = float(state.opponent_fallbacks)
+        return values
+
     def _role(self, player: int) -> str:
         return TRAINED if self.opponent != "self" else f"player_{player}"
 
@@ -170,28 +195,60 @@ class OpenSpielEnv(Env):
             state.apply_action(action)
         return state
 
-    def _settle(self, state, game_seed: str, seat: int | None) -> None:
-        """Play chance nodes and the fixed opponent's moves until a trained seat is to move or the game is over."""
+    def _settle(self, state, game_seed: str, seat: int | None) -> int:
+        """Play chance nodes and the fixed opponent's moves until a trained seat is to move or the game is over;
+        returns how many of the opponent's moves were fallbacks (opponent=server)."""
+        fallbacks = 0
         while not state.is_terminal():
             rng = random.Random(f"{game_seed}/{len(state.history())}")
             if state.is_chance_node():
                 outcomes, probabilities = zip(*state.chance_outcomes())
                 state.apply_action(rng.choices(outcomes, probabilities)[0])
             elif seat is not None and state.current_player() != seat:
-                state.apply_action(self._opponent_move(state, rng))
+                move, fell_back = self._opponent_move(state, rng)
+                state.apply_action(move)
+                fallbacks += fell_back
             else:
-                return
+                break
+        return fallbacks
 
-    def _opponent_move(self, state, rng: random.Random) -> int:
+    def _opponent_move(self, state, rng: random.Random) -> tuple[int, bool]:
+        """(the opponent's action, whether it is a fallback for a server answer that named no legal move)."""
         if self.opponent == "random":
-            return rng.choice(state.legal_actions())
+            return rng.choice(state.legal_actions()), False
+        if self.opponent == "server":
+            return self._server_move(state, rng)
         import numpy as np
         from open_spiel.python.algorithms import mcts
 
         generator = np.random.RandomState(rng.randrange(2**31))
         bot = mcts.MCTSBot(self.game, 2.0, self.mcts_simulations, mcts.RandomRolloutEvaluator(1, generator),
                            random_state=generator)
-        return bot.step(state.clone())
+        return bot.step(state.clone()), False
+
+    def _server_move(self, state, rng: random.Random) -> tuple[int, bool]:
+        """The served model's move from the prompt the seat would see; a uniform legal move when it names none."""
+        player = state.current_player()
+        actions = state.legal_actions()
+        legal = [state.action_to_string(player, a) for a in actions]
+        shot = self._shots.get(player)
+        messages = ([{"role": "user", "content": shot[0]}, {"role": "assistant", "content": shot[1]}] if shot else [])
+        messages.append({"role": "user", "content": self._prompt(state)})
+        server = self.server
+        try:
+            answer = chat_once(server["url"], server["model"], messages, api_key=os.environ.get(server["key_env"]),
+                               temperature=server["temperature"], timeout_s=server["timeout_s"])
+            move = match_move(answer, legal)
+            cause = None if move is not None else f"its answer {answer[:60]!r} names no legal move"
+        except ChatError as exc:
+            move, cause = None, f"the request failed: {exc}"
+        if move is not None:
+            return actions[legal.index(move)], False
+        if not self._server_failed:
+            self._server_failed = True
+            log.warning("openspiel opponent %s at %s: %s; a uniform legal move is played instead (counted in "
+                        "info/opponent_fallbacks; logged once)", server["model"], server["url"], cause)
+        return rng.choice(actions), True
 
     def _record(self, state, game_seed: str, seat: int | None) -> SpielState:
         if state.is_terminal():
