@@ -258,6 +258,14 @@ def check_env(
     def _() -> str | None:
         return _drive_adversarially(env, agents, problems[0], seed)
 
+    @add("every agent answering garbage at once")
+    def _() -> str | None:
+        for i, text in enumerate(ADVERSARIAL_RESPONSES + tuple(random_responses(4, seed))):
+            failure = _garbage_together(env, agents, problems[i % len(problems)], seed + i, text)
+            if failure:
+                return failure
+        return None
+
     @add("episode ends within max_turns")
     def _() -> str | None:
         for i, text in enumerate(GARBAGE_RESPONSES[:6]):
@@ -388,6 +396,30 @@ def _play(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text:
                     played.terminated = step.terminated
                     return played
     return played
+
+
+def _garbage_together(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str) -> str | None:
+    """One episode with every agent answering ``text`` (a fresh model's usual state): after every move the rewards
+    must be finite and success a bool. The adversarial check drives one agent's garbage at a time; a reward that
+    breaks only when two agents of a stage both send garbage shows here."""
+    state = env.reset(problem, seed)
+    where = f"problem {problem.problem_id!r}, every agent answering {_short(text)}"
+    for turn in range(env.max_turns):
+        for stage in _stages(env, state, turn):
+            for role in stage:
+                step = env.step(state, role, agents[role].parse(text))
+                state = step.state
+                values = {"team_reward": env.team_reward(state),
+                          **{f"{r}.local_reward": a.local_reward(state) for r, a in agents.items()}}
+                bad = {label: v for label, v in values.items() if not _finite_number(v)}
+                if bad:
+                    return (f"{bad} after agent {role!r}'s move at turn {turn} ({where}); rewards must be finite "
+                            "numbers whatever the agents send together: return 0 or a penalty")
+                if not isinstance(env.success(state), bool):
+                    return f"success() returned {type(env.success(state)).__name__}, not a bool ({where})"
+                if step.terminated or step.truncated:
+                    return None
+    return None
 
 
 def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str) -> str | None:

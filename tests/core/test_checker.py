@@ -168,3 +168,23 @@ def test_check_env_says_how_to_import_a_short_name_that_is_not_registered(tmp_pa
     assert main(["check-env", "--imports", "json", "bazaar"]) == 1
     assert "none of --imports json registered it: check the name given to register_env" in capsys.readouterr().out
     assert main(["check-env", "--imports", "bazaar_envs", "bazaar"]) == 0, capsys.readouterr().out
+
+
+class NaNWhenBothGarbleEnv(TargetsEnv):
+    """A parallel stage whose team reward is NaN only when both agents sent text without their target character (a
+    0 / 0 over the parsed answers): one agent's garbage at a time never shows it."""
+
+    def team_reward(self, state) -> float:
+        answers = [state.answer(a) for a, _ in state.targets]
+        if all(a is not None for a in answers) and all(
+                target_score(state.answer(a), t) == 0.0 for a, t in state.targets):
+            return float("nan")
+        return super().team_reward(state)
+
+
+def test_rewards_that_break_only_when_every_agent_sends_garbage_are_caught():
+    report = check_env(NaNWhenBothGarbleEnv(parallel=True), seed=0)
+    (result,) = [r for r in report.results if r.name == "every agent answering garbage at once"]
+    assert not result.ok and "team_reward" in result.detail and "every agent answering" in result.detail
+    adversarial = [r for r in report.results if r.name == "adversarial outputs from reached states"]
+    assert adversarial and adversarial[0].ok  # the one-agent-at-a-time check passes it: the gap this closes
