@@ -79,10 +79,23 @@ def load_config(config_name: str = "train", overrides: Sequence[str] = (), confi
 
 
 def check_run(cfg) -> list[str]:
+    """``run_checks``, raising one ConfigError that lists every problem found (the multirun's check of each job)."""
+    lines, problems = run_checks(cfg)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ConfigError("\n".join([f"{len(problems)} problems stop this run:"] +
+                                     [f"  {i}. {p}" for i, p in enumerate(problems, 1)]))
+    return lines
+
+
+def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     """Check what the run needs to start, as the trainer will, without loading weights, downloading, converting or
-    starting a process: the plan (env, agents, policies, worker layout), every row of its data, every policy's model
-    (here, or downloadable: what would be downloaded is said) and its chat template on the first prompts. Returns
-    the plan summary, data and model lines; raises the trainer's errors."""
+    starting a process: the plan (env, agents, policies, worker layout, the GPU memory plan), every row of its data,
+    every policy's engine and model (here, or downloadable: what would be downloaded is said) with its chat
+    template on the first prompts, the placement, the checkpoint a resume continues. Returns (the summary lines,
+    every problem found): one problem never hides the next, so a login node without the model still sees the plan,
+    the data and the rest. A config that cannot be planned raises, as nothing else can be checked without it."""
     from pettingllms.assembly.describe import describe_plan
     from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
     from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_models,
@@ -91,17 +104,32 @@ def check_run(cfg) -> list[str]:
     from pettingllms.runtime.placement import check_here
 
     run_plan = plan(cfg)
-    check_engines(run_plan)
     env = run_plan.env
-    data = describe_data(env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark)
-    sources = locate_models(cfg, run_plan)
-    codecs = chat_codecs(cfg, run_plan, {name: source.directory for name, source in sources.items()})
-    training, benchmarks = preview_problems(env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
-                                            PREFLIGHT_PROBLEMS, cfg.env.max_val_problems)
-    check_first_prompts(cfg, run_plan, codecs, training, benchmarks)
-    placement = check_here([spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
-    return [describe_plan(run_plan), f"placement: {placement}", *data, *describe_models(sources, codecs),
-            resume_line(cfg.training)]
+    problems: list[PettingLLMsError] = []
+
+    def attempt(check, *args):
+        try:
+            return check(*args)
+        except PettingLLMsError as exc:
+            if str(exc) not in map(str, problems):  # the data's listing and its preview read the same files
+                problems.append(exc)
+            return None
+
+    attempt(check_engines, run_plan)
+    data = attempt(describe_data, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark) or []
+    sources = attempt(locate_models, cfg, run_plan)
+    codecs = None if sources is None else attempt(
+        chat_codecs, cfg, run_plan, {name: source.directory for name, source in sources.items()})
+    previews = attempt(preview_problems, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
+                       PREFLIGHT_PROBLEMS, cfg.env.max_val_problems)
+    if codecs is not None and previews is not None:
+        attempt(check_first_prompts, cfg, run_plan, codecs, *previews)
+    placement = attempt(check_here, [spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
+    resume = attempt(resume_line, cfg.training)
+    lines = [describe_plan(run_plan), f"placement: {placement if placement is not None else '(see the problems)'}",
+             *data, *(describe_models(sources, codecs) if sources is not None and codecs is not None else []),
+             *([resume] if resume is not None else [])]
+    return lines, problems
 
 
 def resume_line(training) -> str:
@@ -309,9 +337,14 @@ def dry_run_command(name: str, overrides: Sequence[str], directory: str | None) 
     from pettingllms.config.load import to_yaml
 
     cfg = load_config(name, overrides, directory)
-    summary = check_run(cfg)
+    summary, problems = run_checks(cfg)
     print(to_yaml(cfg))
     print("\n".join(summary))
+    if problems:
+        print(f"dry run: {len(problems)} problem(s) stop this run; nothing was trained", file=sys.stderr)
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     print("dry run: config, plan and data checked, every model found and its chat template tried (or its download or "
           "conversion said above); nothing was trained")
     return 0

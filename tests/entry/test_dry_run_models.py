@@ -51,7 +51,8 @@ def test_a_hub_id_not_in_the_cache_is_refused_offline(dry_run, tmp_path, capsys,
     captured = capsys.readouterr()
     assert ("error: base_models.policy_0.path=Qwen/Qwen3-1.7B: cannot get model 'Qwen/Qwen3-1.7B': it is not in the "
             "local Hugging Face cache, and HF_HUB_OFFLINE=1 forbids downloading it") in captured.err
-    assert "fits this machine" not in captured.out and not logs.exists()
+    # the dry run still shows the plan, the placement and the data (every problem at once); a run starts nothing
+    assert ("fits this machine" in captured.out) == dry_run and not logs.exists()
 
 
 def test_a_hub_id_in_the_local_cache_passes_and_its_template_is_tried(tmp_path, capsys, monkeypatch):
@@ -149,3 +150,23 @@ def test_a_valid_local_model_passes(tmp_path, capsys):
     assert main(["train", "--dry-run", *QUICK, f"base_models.policy_0.path={model}"]) == 0
     out = capsys.readouterr().out
     assert f"model:    policy_0: {model}: local directory {model}; chat template renders the first prompts" in out
+
+
+def test_the_dry_run_shows_the_plan_and_every_problem_at_once(tmp_path, capsys, monkeypatch):
+    """A login node without the model and with a damaged resume point: the plan (the GPU memory plan needs only the
+    recorded config) is printed, and each problem is listed; none hides the next."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("RAY_ADDRESS", "auto")  # the layout is the cluster's: no GPU needed here
+    not_a_checkpoint = tmp_path / "nowhere"
+    code = main(["train", "--dry-run", "--config-name", "math", "training.experiment_name=math_L1_prompt",
+                 "resources.gpus_per_policy=8", "resources.gpu_memory_gb=80", "base_models.policy_0.path=Qwen/Qwen3-1.7B",
+                 f"training.resume={not_a_checkpoint}", f"env.data_root={tmp_path / 'data'}"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "each of its 8 GPUs holds" in captured.out and "peak" in captured.out  # the memory plan, printed
+    errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert "3 problem(s) stop this run" in captured.err and len(errors) == 3, captured.err
+    assert any("Qwen/Qwen3-1.7B" in e and "HF_HUB_OFFLINE" in e for e in errors)  # the model
+    assert any(f"training.resume={str(not_a_checkpoint)!r}" in e for e in errors)  # the resume point
+    assert any("data" in e.lower() for e in errors if "Qwen" not in e and "resume" not in e)  # the data files
