@@ -886,9 +886,7 @@ def size_auto_engines(policies: Sequence[PolicyInput], gpu_bytes: float | None) 
     for index, policy in enumerate(policies):
         if not policy.auto_utilization:
             continue
-        capped = [dataclasses.replace(q, utilization=min(q.utilization, AUTO_MAX_UTILIZATION)) if q is policy else q
-                  for q in policies]
-        best = _utilization(capped, capped[index], gpu_bytes, ceiling=AUTO_MAX_UTILIZATION)
+        best = _utilization(policies, policy, gpu_bytes, ceiling=AUTO_MAX_UTILIZATION)
         if best is not None and best - AUTO_MARGIN > 0:
             policies[index] = dataclasses.replace(policy, utilization=round(best - AUTO_MARGIN, 2))
     return policies

@@ -65,8 +65,6 @@ def load_opponent(m: EvalModelConfig, specs: dict[str, WorkerSpec], roles: Seque
     plain = evolve(m, {"checkpoint": None, "adapters": None, "server_url": value if kind == "server" else None})
     checkpoint = resolve_checkpoint(value, "model.opponent")[0] if kind == "checkpoint" else None
     loaded = load_policies(plain, specs, roles, seed, checkpoint)
-    if loaded.agent_adapters:  # only model.adapters decides adapters per agent, and an opponent never uses it
-        raise AssertionError("an opponent's adapters come from its policies' specs")
     rename = {policy: PREFIX + policy for policy in loaded.clients}
     return LoadedPolicies({rename[p]: c for p, c in loaded.clients.items()},
                           described={rename[p]: {**d, "opponent": value} for p, d in loaded.described.items()},

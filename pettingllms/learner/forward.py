@@ -127,19 +127,22 @@ class ForwardPass:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _logits(self, model: nn.Module, batch: PolicyBatch) -> tuple[torch.Tensor, int]:
-        """float32 logits (R, C, V) of row columns ``first_col ..`` (the LM head skips every column before it)."""
-        first_col = batch.first_logit_column
-        seq_len = batch.input_ids.shape[1]
+    def _forward(self, model: nn.Module, batch: PolicyBatch) -> torch.Tensor:
+        """The model's output ``logits`` over row columns ``first_logit_column ..`` (the LM head skips every column
+        before it): the logits, or what a head standing in for it returns (``learner/logprob_head.py``)."""
         with self._autocast():
             output = model(
                 input_ids=batch.input_ids,
                 attention_mask=self.attention.masks(batch.attention_mask, batch.position_ids),
                 position_ids=batch.position_ids,
                 use_cache=False,
-                logits_to_keep=seq_len - first_col,
+                logits_to_keep=batch.input_ids.shape[1] - batch.first_logit_column,
             )
-        return output.logits.float(), first_col
+        return output.logits
+
+    def _logits(self, model: nn.Module, batch: PolicyBatch) -> tuple[torch.Tensor, int]:
+        """float32 logits (R, C, V) of row columns ``first_col ..``."""
+        return self._forward(model, batch).float(), batch.first_logit_column
 
     def log_probs(
         self, model: nn.Module, batch: PolicyBatch, *, entropy: str = "none", raw: bool = False
@@ -182,15 +185,8 @@ class ForwardPass:
         targets = TokenTargets(rows=rows[valid], columns=columns[valid], ids=batch.response_ids[valid],
                                temperatures=batch.row_temperatures.to(rows.device)[rows[valid]],
                                entropy=entropy, raw=raw)
-        with self._autocast(), chunked_head(plain_lm_head(model), targets, self.config.logprob_chunk_tokens):
-            output = model(
-                input_ids=batch.input_ids,
-                attention_mask=self.attention.masks(batch.attention_mask, batch.position_ids),
-                position_ids=batch.position_ids,
-                use_cache=False,
-                logits_to_keep=seq_len - first_col,
-            )
-        values = output.logits[0]  # (M, 3): log-prob, entropy, raw log-prob of each valid token
+        with chunked_head(plain_lm_head(model), targets, self.config.logprob_chunk_tokens):
+            values = self._forward(model, batch)[0]  # (M, 3): log-prob, entropy, raw log-prob of each valid token
         per_token = values.new_zeros((*valid.shape, values.shape[-1])).index_put((valid,), values)
         log_probs = per_token[..., LOG_PROB]
         entropies = None

@@ -56,7 +56,6 @@ class _Run:
     rewards: dict[str, float] | None = None
     error: str | None = None  # one line: what failed
     trace: str | None = None  # the program's traceback, when it raised
-    seconds: float = 0.0
 
 
 class ProgramRollout:
@@ -127,7 +126,6 @@ class ProgramRollout:
 
     # -------------------------------------------------------------------------------------------- one run
     def _play(self, run: _Run) -> None:
-        started = time.perf_counter()
         key = self.gateway.key_for(run.key)
         try:
             value = asyncio.run(asyncio.wait_for(
@@ -138,7 +136,6 @@ class ProgramRollout:
         except Exception as exc:  # the program's own failure: recorded with its traceback, the run goes on
             run.error = f"the program raised {type(exc).__name__}: {exc}"
             run.trace = "".join(traceback.format_exception(exc)).rstrip()
-        run.seconds = time.perf_counter() - started
 
     def _check_rewarded(self, run: _Run, calls: Sequence[Call]) -> None:
         """A run whose agent made calls but got no reward fails; a non-finite reward follows reward.non_finite."""

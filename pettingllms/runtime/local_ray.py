@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pettingllms.core.processes import process_alive
+
 RAY_DIR = "r"  # Ray chmods this one to 0777; the private directory above it keeps everyone else out
 OWNER_FILE = "owner.pid"  # the driver's PID: a directory whose owner is gone is removed at the next start
 
@@ -75,18 +77,8 @@ def remove_stale_ray_dirs(parent: Path) -> list[Path]:
             pid = int((folder / OWNER_FILE).read_text().strip())
         except (OSError, ValueError):
             continue
-        if pid <= 0 or _alive(pid):
+        if pid <= 0 or process_alive(pid):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process holds the PID now: not ours to judge, keep the folder
-        return True
-    return True

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from pettingllms.core import ConfigError
+from pettingllms.core.processes import process_alive
 
 LOCK_FILE = ".lock"
 log = logging.getLogger("pettingllms.trainer")
@@ -42,7 +43,7 @@ class RunLock:
                 f"{holder or 'unknown'}): two writers would log the same steps twice and replace each other's "
                 f"checkpoints. Wait for it to end or stop it, or start a new run (training.resume=none)") from None
         previous = _holder(fd)
-        if previous and previous != os.getpid() and not _alive(previous):
+        if previous and previous != os.getpid() and not process_alive(previous):
             log.warning("run directory %s: taking over the lock of PID %d, which is no longer running", run_dir,
                         previous)
         try:  # the PID only names the holder in a refusal: a full disk must not stop a resume here
@@ -70,13 +71,3 @@ def _holder(fd: int) -> int | None:
         return int(text) if text else None
     except (OSError, ValueError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

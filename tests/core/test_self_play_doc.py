@@ -4,30 +4,14 @@ exactly the page's commands; each seat's results reach summary.log."""
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import sys
-from pathlib import Path
 
-from pettingllms.cli import main
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "self_play.md"
+from doc_support import example_module, run_page_example
 
 
 def test_the_pages_nim_game_checks_and_trains(tmp_path, monkeypatch, capsys):
-    text = DOC.read_text()
-    module = re.search(r"## A complete example.*?```python\n(.*?)```", text, flags=re.S).group(1)
-    (tmp_path / "nim_env.py").write_text(module)
-    block = re.search(r"Saved as `nim_env.py`.*?```bash\n(.*?)```", text, flags=re.S).group(1)
-    check, train = [shlex.split(line) for line in block.splitlines() if line.strip()]
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    try:
-        assert check[0] == "pettingllms" and main(check[1:]) == 0, capsys.readouterr().out
-        assert main([*train[1:], f"training.log_dir={tmp_path / 'logs'}"]) == 0
-    finally:
-        sys.modules.pop("nim_env", None)
-    (summary,) = (tmp_path / "logs").glob("**/summary.log")
+    logs = run_page_example("self_play.md", "nim_env", tmp_path, monkeypatch, capsys)
+    (summary,) = logs.glob("**/summary.log")
     rows = [json.loads(line) for line in summary.read_text().splitlines()]
     assert {"episode/player_0/win_rate", "episode/player_1/loss_rate"} <= set(rows[-1])
     assert "W/D/L" in capsys.readouterr().out
@@ -36,9 +20,7 @@ def test_the_pages_nim_game_checks_and_trains(tmp_path, monkeypatch, capsys):
 def test_the_pages_nim_game_gives_the_right_first_move_the_better_advantage(tmp_path, monkeypatch, make_executor):
     """From 4 stones, taking 1 leaves the opponent a lost position (3). Neither first move ends the game, so only the
     playouts tell them apart (hand-computed below, with a script that takes 2 whenever 2 stones or more are left)."""
-    text = DOC.read_text()
-    module = re.search(r"## A complete example.*?```python\n(.*?)```", text, flags=re.S).group(1)
-    (tmp_path / "nim_env.py").write_text(module)
+    (tmp_path / "nim_env.py").write_text(example_module("self_play.md"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
     try:
