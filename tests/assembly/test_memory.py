@@ -282,7 +282,10 @@ def test_the_learner_frees_gradients_between_updates_and_keeps_dropout_off():
     from pettingllms.learner import forward, learner
 
     assert "zero_grad(set_to_none=True)" in inspect.getsource(learner.PolicyLearner.update)
-    assert "logits_to_keep" in inspect.getsource(forward.ForwardPass._logits)
+    # every learner forward (the dense head's and the chunked head's) skips the columns before the first logit
+    assert "logits_to_keep" in inspect.getsource(forward.ForwardPass._forward)
+    assert "self._forward(" in inspect.getsource(forward.ForwardPass._logits)
+    assert "self._forward(" in inspect.getsource(forward.ForwardPass._chunked_log_probs)
 
 
 def test_the_gpu_plan_saves_k_and_v_as_the_cuda_attention_expands_them():
