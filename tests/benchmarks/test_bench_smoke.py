@@ -39,13 +39,14 @@ def run_quick(name: str, out: Path) -> dict:
     return report
 
 
-def check_common_fields(report: dict, name: str) -> None:
+def check_common_fields(report: dict, name: str, script: str | None = None) -> None:
+    """``script``: the benchmark's file name when one script writes several results (``name`` is each result's)."""
     from _report import REQUIRED_FIELDS
 
     missing = [f for f in REQUIRED_FIELDS if f not in report]
     assert not missing, f"{name}.json lacks {missing}"
     assert report["benchmark"] == name and report["quick"] is True
-    assert f"benchmarks/{name}.py" in report["command"] and "--quick" in report["command"]
+    assert f"benchmarks/{script or name}.py" in report["command"] and "--quick" in report["command"]
     machine = report["machine"]
     for key in ("cpu_count", "torch", "load_average_before", "load_average_after", "torch_threads"):
         assert key in machine, key
@@ -219,3 +220,23 @@ def test_logprob_head_quick(tmp_path):
         assert sample["peak_growth_mib"] >= 0 and len(sample["seconds"]) == report["config"]["repeats"]
     planned = {name: report["samples"][name]["planned_logits_mib"] for name in ("dense", "chunked")}
     assert planned["chunked"] < planned["dense"]  # one chunk of logits instead of every position's
+
+
+@pytest.mark.bench
+def test_gpu_probe_quick(tmp_path):
+    """Each part writes its own result: the flex block mask equals the learner's dense mask, flex's forward equals
+    the masked SDPA's, the transfer's checksums agree, and the three checkpoint writes ran."""
+    load_benchmark("gpu_probe").main(["--quick", "--repeats", "2", "--out-dir", str(tmp_path)])
+    reports = {}
+    for part in ("attention", "ipc", "checkpoint"):
+        assert not (tmp_path / f"gpu_probe_{part}.error.txt").exists()
+        reports[part] = json.loads((tmp_path / f"gpu_probe_{part}.json").read_text())
+        check_common_fields(reports[part], f"gpu_probe_{part}", script="gpu_probe")
+    attention = reports["attention"]["samples"]
+    assert attention["block_mask_equals_learner_mask"] is True
+    assert 0 < attention["blocks_skipped_percent"] < 100
+    assert attention["differences"]["out"]["max_abs"] < 1e-4
+    ipc = reports["ipc"]["samples"]
+    assert ipc["shm"]["checksums_worst_relative"] == 0.0 and ipc["tensors"] > 10
+    checkpoint = reports["checkpoint"]["samples"]
+    assert checkpoint["async_eight_threads"]["complete_s"] >= checkpoint["async_eight_threads"]["blocking_s"] > 0

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The prepared script for a lent GPU machine (one GPU, no network, a 15-minute lease): what the fast learner step
+# rests on, measured in one call, cheapest and newest first. Each part has its own time limit and writes its JSON as
+# it ends, so a part that overruns costs only itself.
+#
+#   bash benchmarks/gpu_lent.sh OUT_DIR [WHEEL_DIR]
+#
+# WHEEL_DIR: wheels for what the machine lacks (the project's pins of transformers, tokenizers, peft, verl, hydra,
+# omegaconf, ...; Ray without its server binaries, imported and never started) and ``smollm2-tokenizer/`` (the BPE
+# files the full-size replica takes; the packaged GGUF needs the gguf package to convert). docs/distributed.md says
+# how to make it. vLLM is not needed by any part here.
+set -u
+out=${1:?usage: gpu_lent.sh OUT_DIR [WHEEL_DIR]}
+wheels=${2:-}
+mkdir -p "$out"
+log="$out/gpu_lent.log"
+exec > >(tee -a "$log") 2>&1
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+if [ -n "$wheels" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl \
+    || { echo "gpu_lent: installing the carried wheels failed"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+# The built-in envs are found through the package's entry points: a source tree that was never installed has none.
+if ! python3 -c 'import importlib.metadata as m; m.version("pettingllms")' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . \
+    || { echo "gpu_lent: installing the project failed"; exit 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+status=0
+part() {  # part SECONDS NAME COMMAND...
+  local limit=$1 name=$2; shift 2
+  local start=$SECONDS
+  timeout -k 10 "$limit" "$@" || { echo "gpu_lent: $name exited $? after $((SECONDS - start)) s"; status=1; }
+  echo "gpu_lent: $name took $((SECONDS - start)) s"
+}
+part 110 attention python3 benchmarks/gpu_probe.py --parts attention --out-dir "$out"
+part 80 ipc python3 benchmarks/gpu_probe.py --parts ipc --out-dir "$out"
+tokenizer=()
+[ -n "$wheels" ] && [ -d "$wheels/smollm2-tokenizer" ] && tokenizer=(--tokenizer-dir "$wheels/smollm2-tokenizer")
+part 220 learner python3 benchmarks/gpu_learner.py --cases chunked lora --repeats 2 "${tokenizer[@]}" \
+  --replica-cache /tmp/replicas --out-dir "$out"
+part 140 checkpoint python3 benchmarks/gpu_probe.py --parts checkpoint --scratch /tmp/probe-ckpt --out-dir "$out"
+exit $status
