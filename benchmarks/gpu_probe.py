@@ -93,7 +93,8 @@ def timed(fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int
 
 
 def tree_row(shape: dict[str, int]):
-    """The learner's packed row for one tree node: the prompt once, then each branch's response."""
+    """The learner's packed row for one tree node: the prompt once, then each branch's response (its dense mask,
+    and the segment ids the learner's block mask is made from)."""
     from pettingllms.core.types import Sample
     from pettingllms.learner.batching import build_batch
 
@@ -107,79 +108,49 @@ def tree_row(shape: dict[str, int]):
     return build_batch(samples)
 
 
-def segment_ids(batch) -> torch.Tensor:
-    """Per column of row 0: 0 for the prompt, b + 1 for branch b's response, -1 for padding."""
-    row_len = batch.input_ids.shape[1]
-    segments = torch.full((row_len,), -1, dtype=torch.int32)
-    lengths = batch.response_lengths.tolist()
-    prompt_len = int(batch.logit_columns[0, 0]) + 1
-    segments[:prompt_len] = 0
-    start = prompt_len
-    for branch, length in enumerate(lengths):
-        segments[start:start + length] = branch + 1
-        start += length
-    return segments
-
-
-def tree_mask_mod(segments: torch.Tensor):
-    """FlexAttention's mask_mod for a packed tree row: a token sees the prompt and its own response causally;
-    padding sees itself only (as ``build_batch``'s dense mask)."""
-
-    def mask_mod(b, h, q, kv):
-        same = (segments[kv] == segments[q]) | (segments[kv] == 0)
-        return ((kv <= q) & same & (segments[q] >= 0)) | (q == kv)
-
-    return mask_mod
-
-
 def probe_attention(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]:
-    from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
+    """The learner's two attention paths over one packed tree row: ``grouped_sdpa_attention`` with the dense mask,
+    and with the block mask ``AttentionLayout.block_masks`` makes (``models/attention.flex_attention_call``)."""
+    from torch.nn.attention.flex_attention import create_mask
 
+    from pettingllms.learner.masks import AttentionLayout, tree_mask_mod
     from pettingllms.models.attention import grouped_sdpa_attention
 
     shape = attention_shape(quick)
     batch = tree_row(shape)
     length = batch.input_ids.shape[1]
-    segments = segment_ids(batch).to(device)
-    mask_mod = tree_mask_mod(segments)
+    segments, positions = batch.segment_ids.to(device), batch.position_ids.to(device)
     dense = batch.attention_mask.to(device)
-    flex_dense = create_mask(mask_mod, 1, 1, length, length, device=device)
-    mask_equal = bool(torch.equal(flex_dense, dense))
-    del flex_dense
-    block = 16 if quick else 128
-    block_mask = create_block_mask(mask_mod, None, None, length, length, device=device, BLOCK_SIZE=block)
-    mask_build_s = median(timed(lambda: create_block_mask(mask_mod, None, None, length, length, device=device,
-                                                          BLOCK_SIZE=block), device, 3, warmup=1))
+    mask_equal = bool(torch.equal(create_mask(tree_mask_mod(segments, positions, None), 1, 1, length, length,
+                                              device=device), dense))
+    layout = AttentionLayout()
+    block_mask = layout.block_masks(segments, positions)
+    mask_build_s = median(timed(lambda: layout.block_masks(segments, positions), device, 3, warmup=1))
 
     dtype = torch.float32 if quick else torch.bfloat16
-    gen = torch.Generator(device="cpu").manual_seed(0)
     hq, hkv, d = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
-    q0 = torch.randn(1, hq, length, d, generator=gen).to(device, dtype)
-    k0 = torch.randn(1, hkv, length, d, generator=gen).to(device, dtype)
-    v0 = torch.randn(1, hkv, length, d, generator=gen).to(device, dtype)
-    grad_out = torch.randn(1, length, hq, d, generator=gen).to(device, dtype)
     scale = d ** -0.5
     module = type("Layer", (), {"is_causal": True})()
-    flex = flex_attention if quick else torch.compile(flex_attention, dynamic=False)
-
-    def sdpa_step():
-        q, k, v = (t.detach().requires_grad_() for t in (q0, k0, v0))
-        out, _ = grouped_sdpa_attention(module, q, k, v, dense, scaling=scale)
-        out.backward(grad_out)
-        return out, q.grad, k.grad, v.grad
-
     backward = device.type == "cuda"  # FlexAttention has no backward on CPU: --quick compares the forward only
 
-    def flex_step():
-        q, k, v = (t.detach().requires_grad_(backward) for t in (q0, k0, v0))
-        out = flex(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True).transpose(1, 2)
-        if not backward:
+    def inputs(row_length: int, seed: int = 0):
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        return [torch.randn(*size, generator=gen).to(device, dtype) for size in
+                ((1, hq, row_length, d), (1, hkv, row_length, d), (1, hkv, row_length, d), (1, row_length, hq, d))]
+
+    q0, k0, v0, grad_out = inputs(length)
+
+    def step(mask, tensors=None, train=True):
+        q_in, k_in, v_in, g_out = tensors or (q0, k0, v0, grad_out)
+        q, k, v = (t.detach().requires_grad_(train) for t in (q_in, k_in, v_in))
+        out, _ = grouped_sdpa_attention(module, q, k, v, mask, scaling=scale)
+        if not train:
             return (out,)
-        out.backward(grad_out)
+        out.backward(g_out)
         return out, q.grad, k.grad, v.grad
 
     compile_start = time.perf_counter()
-    reference, candidate = sdpa_step(), flex_step()
+    reference, candidate = step(dense, train=backward), step(block_mask, train=backward)
     first_call_s = time.perf_counter() - compile_start
     differences = {}
     for name, a, b in zip(("out", "dq", "dk", "dv"), reference, candidate):
@@ -188,23 +159,34 @@ def probe_attention(device: torch.device, quick: bool, repeats: int) -> dict[str
                              "max_abs_reference": float(a32.abs().max())}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    sdpa_times = timed(sdpa_step, device, repeats)
+    sdpa_times = timed(lambda: step(dense, train=backward), device, repeats)
     sdpa_peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    flex_times = timed(flex_step, device, repeats)
+    flex_times = timed(lambda: step(block_mask, train=backward), device, repeats)
     flex_peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    # Rows of other lengths and shapes, as a real step's micro-batches have: what a new length costs the compiled
+    # kernel the first time (torch.compile makes the shapes dynamic after the first new one), and after.
+    new_lengths = {}
+    for prompt, branches, response in ((1000, 4, 1500), (700, 3, 1800), (2000, 8, 700)):
+        other = tree_row(dict(shape, prompt=prompt, branches=branches, response=response) if not quick else
+                         dict(shape, prompt=prompt // 40, branches=branches, response=response // 40))
+        mask = layout.block_masks(other.segment_ids.to(device), other.position_ids.to(device))
+        tensors = inputs(other.input_ids.shape[1], seed=1)
+        first = timed(lambda: step(mask, tensors, train=backward), device, 1, warmup=0)[0]
+        after = median(timed(lambda: step(mask, tensors, train=backward), device, 3, warmup=0))
+        new_lengths[str(other.input_ids.shape[1])] = {"first_s": first, "after_s": after}
     sdpa_s, flex_s = median(sdpa_times), median(flex_times)
     return {
-        "shape": shape, "row_tokens": length, "dtype": str(dtype).replace("torch.", ""),
-        "block_mask_equals_learner_mask": mask_equal, "block_size": block,
+        "shape": shape, "row_tokens": length, "dtype": str(dtype).replace("torch.", ""), "backward": backward,
+        "block_mask_equals_learner_mask": mask_equal, "block_size": 128,
         "blocks_skipped_percent": float(block_mask.sparsity()), "block_mask_build_s": mask_build_s,
         "first_calls_s_incl_compile": first_call_s,
         "sdpa_masked_s": sdpa_times, "flex_s": flex_times,
         "sdpa_masked_s_median": sdpa_s, "flex_s_median": flex_s, "flex_over_sdpa": flex_s / sdpa_s,
         "per_update_layers_s": {"sdpa_masked": sdpa_s * shape["layers"], "flex": flex_s * shape["layers"]},
         "peak_allocated_gib": {"sdpa_masked": sdpa_peak, "flex": flex_peak},
-        "differences": differences,
+        "differences": differences, "new_lengths": new_lengths,
     }
 
 

@@ -412,7 +412,8 @@ def _settings(overrides: Sequence[str]) -> list[str]:
 # envs of this benchmark: left out of the fingerprint at that value (so those runs still match), kept at any other.
 # rollout.playouts acts only for envs with an outcome (games); vault and Plan-Path have none (2026-11-27).
 # optim.logprob_chunk_tokens=0 is the dense LM head every recorded run used (2026-11-27).
-NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1, ("optim", "logprob_chunk_tokens"): 0}
+# optim.attention=auto is SDPA on CPU, where every recorded run trained (2026-11-27).
+NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1, ("optim", "logprob_chunk_tokens"): 0, ("optim", "attention"): "auto"}
 
 
 def fingerprint(overrides: Sequence[str]) -> str:

@@ -267,6 +267,7 @@ class LearnerSetup:
     entropy_grad: bool = False
     foreach_optimizer: bool = True
     expand_kv: bool = True
+    flex_attention: bool = False  # optim.attention: FlexAttention's block mask, no additive masks, grouped K/V
     logprob_chunk_tokens: int = 0  # the chunked LM head's chunk (learner/logprob_head.py); 0 = dense
 
     @property
@@ -382,7 +383,10 @@ def mlp_gradient_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
 
 def mask_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
     """The learner's bool rows x L x L mask, plus the additive copy in the compute dtype that SDPA makes from it and
-    saves in every layer (one layer at a time under gradient checkpointing)."""
+    saves in every layer (one layer at a time under gradient checkpointing). FlexAttention reads a block mask (a few
+    int32 per 128 x 128 block) and makes no additive copy: the bool mask, still built with the batch, remains."""
+    if setup.flex_attention:
+        return setup.mask_elements
     layers = 1 if setup.gradient_checkpointing else shape.layers
     return setup.mask_elements * (1 + setup.compute_bytes * layers)
 
@@ -524,6 +528,8 @@ def learner_memory(shape: ModelShape, setup: LearnerSetup) -> LearnerMemory:
         Term(f"{name[setup.compute_bytes]} compute copy", copy, copy_note),
         Term("activations", acts, acts_note + " + the final norm and head"),
         Term("attention masks", mask_bytes(shape, setup),
+             f"{setup.mask_elements:,} mask entries x 1 B bool (FlexAttention: block masks, no additive copy)"
+             if setup.flex_attention else
              f"{setup.mask_elements:,} mask entries x (1 B bool + {setup.compute_bytes} B additive copy in "
              f"{1 if setup.gradient_checkpointing else shape.layers} layer(s))"),
         Term("logits", logits_bytes(shape, setup), f"{logits_copies(setup)} x {setup.logits_at_once} tokens x "
@@ -937,9 +943,10 @@ def assumptions() -> list[str]:
     return [
         "per GPU, GB = 1e9 bytes; worst-case micro-batch: one packed row of the whole token budget, every position "
         "a logit",
-        "activations counted op by op for Llama/Qwen layers; attention: the memory-efficient SDPA kernel with the "
-        "learner's mask and grouped K/V expanded to every query head (models/attention.py), no O(L^2) scores; "
-        "checked against CPU updates (benchmarks/memory_plan_check.py) and CUDA updates of Qwen3-1.7B on an H200 "
+        "activations counted op by op for Llama/Qwen layers; attention (optim.attention): the memory-efficient SDPA "
+        "kernel with the learner's mask and grouped K/V expanded to every query head, or FlexAttention with a block "
+        "mask and grouped K/V (models/attention.py), no O(L^2) scores either way; checked against CPU updates "
+        "(benchmarks/memory_plan_check.py) and CUDA updates of Qwen3-1.7B on an H200 and an H100 "
         "(benchmarks/gpu_learner.py: the allocated peak at 0.96-1.00 of the estimate)",
         f"FSDP2 keeps {GATHERED_LAYERS} layers gathered (computing + prefetched) and the root (embedding, head) "
         "from its forward to its backward; its reduce-scatter buffers come after the logits' peak",
@@ -1134,6 +1141,9 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         entropy_grad=learner.entropy_coeff > 0,
         foreach_optimizer=not (fsdp is not None and fsdp.cpu_offload),
         logprob_chunk_tokens=int(learner.logprob_chunk_tokens),
+        # The plan is a GPU's: "auto" runs FlexAttention there. Its K/V stay grouped.
+        flex_attention=str(learner.attention) != "sdpa",
+        expand_kv=str(learner.attention) == "sdpa",
     ).with_tokens(max(int(learner.micro_batch_max_tokens), longest_sample))
     from pettingllms.runtime.serving import AUTO_UTILIZATION
 

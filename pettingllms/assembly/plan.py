@@ -245,6 +245,7 @@ def learner_config_of(cfg: Config, dtype: str) -> LearnerConfig:
             ppo_mini_batch_size=o.ppo_mini_batch_size,
             micro_batch_max_tokens=o.micro_batch_max_tokens,
             logprob_chunk_tokens=o.logprob_chunk_tokens,
+            attention=str(o.attention),
             pack_shared_prompts=o.pack_shared_prompts,
             clip_ratio_low=a.clip_ratio_low,
             clip_ratio_high=a.clip_ratio_high,

@@ -21,7 +21,7 @@ from omegaconf import MISSING
 
 from pettingllms.config.frozen import Freezable
 from pettingllms.core.choices import (
-    DEFAULT_LORA_TARGET_MODULES, DType, EngineKind, GroupFilter, KLType, LossAggMode, NonFiniteReward, PromptFormat,
+    DEFAULT_LORA_TARGET_MODULES, AttentionKernel, DType, EngineKind, GroupFilter, KLType, LossAggMode, NonFiniteReward, PromptFormat,
     RolloutMode, Selection, Specialization, Tracker,
 )
 
@@ -240,6 +240,11 @@ class OptimConfig(Freezable):
                                            "memory plan's largest term at large vocabularies). N: the response "
                                            "tokens' log-probs N tokens at a time, each chunk's logits recomputed in "
                                            "the backward; the same values up to rounding")
+    attention: AttentionKernel = setting(AttentionKernel["auto"], "the learner's attention over packed rows. `sdpa`: "
+                                         "PyTorch's SDPA with the rows' dense mask (every block computed). `flex`: "
+                                         "FlexAttention with a block mask from the rows' segments, skipping the "
+                                         "blocks the mask hides (CUDA only: it has no backward on CPU); the same "
+                                         "values up to rounding. `auto`: flex on CUDA, sdpa elsewhere")
     gradient_checkpointing: bool = setting(False, "trade compute for activation memory")
     max_nonfinite_grad_steps: int = setting(3, "NaN/inf-gradient steps in a row that stop the run; 0 = never stop. "
                                                "A step whose gradient norm is NaN/inf moves no weight and is logged "

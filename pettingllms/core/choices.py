@@ -55,6 +55,9 @@ PromptFormat = _choice("PromptFormat", ("ids", "text"))
 # Aggregation modes whose micro-batch losses add up exactly to the mini-batch loss. verl's
 # ``seq-mean-token-sum-norm`` divides by the padded response width, which differs between token-budget micro-batches,
 # so gradient accumulation would not equal one big batch; it is refused rather than silently wrong.
+# The learner's attention kernel over packed rows (learner/masks.py, models/attention.py): "auto" = flex on CUDA
+# (FlexAttention skips the blocks the mask hides), sdpa elsewhere (FlexAttention has no backward on CPU).
+AttentionKernel = _choice("AttentionKernel", ("auto", "sdpa", "flex"))
 LossAggMode = _choice("LossAggMode", ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum"))
 # verl's KL penalty estimators (``kl_penalty``); a trailing ``+`` is verl's straight-through variant.
 KLType = _choice("KLType", ("k1", "k2", "k3", "low_var_kl", "abs", "mse", "kl", "k1+", "k3+", "low_var_kl+"))

@@ -34,6 +34,9 @@ class PolicyBatch:
     input_ids, position_ids: (R, L) int64.
     attention_mask: (R, 1, L, L) bool, True where a query position may attend to a key position. Padding
         positions attend to themselves only, so no softmax row is empty (an empty row would give NaN).
+    segment_ids: (R, L) int32, the same mask as segments: 0 for the row's prompt, b + 1 for the row's b-th
+        response, -1 for padding. A token attends to earlier columns of its own segment and of the prompt; padding
+        to itself (``learner/masks.py`` builds FlexAttention's block mask from it).
     sample_rows: (N,) int64, the packed row holding each sample.
     logit_columns: (N, T) int64, the row column whose logits predict response token j (the last prompt column
         for j = 0, shared by every response of the row); 0 beyond the response.
@@ -52,6 +55,7 @@ class PolicyBatch:
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor
+    segment_ids: torch.Tensor
     sample_rows: torch.Tensor
     logit_columns: torch.Tensor
     response_lengths: torch.Tensor
@@ -150,6 +154,7 @@ def build_batch(
 
     input_ids = torch.full((num_rows, seq_len), pad_token_id, dtype=torch.long)
     position_ids = torch.zeros((num_rows, seq_len), dtype=torch.long)
+    segment_ids = torch.full((num_rows, seq_len), -1, dtype=torch.int32)
     # Start from "padding attends to itself"; real tokens overwrite their own rows below.
     attention_mask = torch.eye(seq_len, dtype=torch.bool).repeat(num_rows, 1, 1, 1)
     sample_rows = torch.zeros(num_samples, dtype=torch.long)
@@ -168,8 +173,9 @@ def build_batch(
         input_ids[row, :plen] = torch.tensor(prompt, dtype=torch.long)
         position_ids[row, :plen] = torch.arange(plen)
         attention_mask[row, 0, :plen, :plen] = causal[:plen, :plen]
+        segment_ids[row, :plen] = 0
         start = plen
-        for index in unit:
+        for segment, index in enumerate(unit, start=1):
             sample = samples[index]
             response = sample.response_ids
             rlen = len(response)
@@ -180,6 +186,7 @@ def build_batch(
                 position_ids[row, start:end] = torch.arange(plen, plen + rlen)
                 attention_mask[row, 0, start:end, :plen] = True  # the shared prompt
                 attention_mask[row, 0, start:end, start:end] = causal[:rlen, :rlen]  # its own earlier tokens
+                segment_ids[row, start:end] = segment
                 # Token j is predicted at the column before it: the last prompt column for j = 0.
                 logit_columns[index, 0] = plen - 1
                 logit_columns[index, 1:rlen] = torch.arange(start, end - 1)
@@ -206,6 +213,7 @@ def build_batch(
         input_ids=input_ids,
         position_ids=position_ids,
         attention_mask=attention_mask,
+        segment_ids=segment_ids,
         sample_rows=sample_rows,
         logit_columns=logit_columns,
         response_lengths=torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long),

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pettingllms.algo.losses import PPOLossSettings
-from pettingllms.core.choices import DType, KLType, LossAggMode
+from pettingllms.core.choices import AttentionKernel, DType, KLType, LossAggMode
 
 LOSS_AGG_MODES = LossAggMode.values()  # only modes whose micro-batch losses add up exactly (core/choices.py)
 KL_TYPES = KLType.values()
 DTYPES = DType.values()
+ATTENTION_KERNELS = AttentionKernel.values()
 
 
 @dataclass(kw_only=True)
@@ -70,6 +71,8 @@ class LearnerConfig:
     pack_shared_prompts: bool  # one forward row per shared prompt (tree branches); same logits, fewer tokens
     # Response tokens per chunk of the LM head (learner/logprob_head.py); 0 = the dense head over every kept column.
     logprob_chunk_tokens: int
+    # The attention kernel over packed rows: "sdpa", "flex", or "auto" (flex on CUDA); learner/masks.py.
+    attention: str
     clip_ratio_low: float  # algorithm.clip_ratio_low
     clip_ratio_high: float  # algorithm.clip_ratio_high
     clip_ratio_c: float  # dual-clip bound for negative advantages
@@ -126,6 +129,8 @@ class LearnerConfig:
             self.micro_batch_max_tokens > 0, f"micro_batch_max_tokens must be > 0, got {self.micro_batch_max_tokens}"
         )
         _check(self.logprob_chunk_tokens >= 0, f"logprob_chunk_tokens must be >= 0, got {self.logprob_chunk_tokens}")
+        _check(self.attention in ATTENTION_KERNELS,
+               f"attention (optim.attention) must be one of {ATTENTION_KERNELS}, got {self.attention!r}")
         _check(0 < self.clip_ratio_low < 1, f"clip_ratio_low must be in (0, 1), got {self.clip_ratio_low}")
         _check(self.clip_ratio_high > 0, f"clip_ratio_high must be > 0, got {self.clip_ratio_high}")
         _check(self.clip_ratio_c > 1, f"clip_ratio_c (dual clip) must be > 1, got {self.clip_ratio_c}")

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from pettingllms.algo.verl_adapter import entropy_from_logits
+from pettingllms.core.errors import ConfigError
 from pettingllms.core.types import Sample
 from pettingllms.learner.batching import (
     PolicyBatch,
@@ -47,6 +48,7 @@ from pettingllms.learner.logprob_head import ENTROPY, LOG_PROB, RAW, TokenTarget
 from pettingllms.learner.masks import AttentionLayout
 from pettingllms.learner.rollout_check import RolloutAgreement
 from pettingllms.learner.streams import Streams
+from pettingllms.models.attention import use_grouped_attention
 from pettingllms.models.lora import adapter_parameters, training_adapter, use_adapter
 
 log = logging.getLogger("pettingllms.learner")
@@ -76,6 +78,10 @@ class ForwardPass:
         self.pad_token_id = pad_token_id
         self.data_parallel = data_parallel
         self.attention = AttentionLayout.of(model)
+        # FlexAttention (block masks that skip what the mask hides) on CUDA; it has no backward on CPU.
+        self.flex = config.attention == "flex" or (config.attention == "auto" and self.device.type == "cuda")
+        if self.flex:
+            use_grouped_attention(model)  # the attention function that takes a block mask (models/attention.py)
         if config.logprob_chunk_tokens:
             plain_lm_head(model)  # refused at construction, not at the first update
         disabled = zero_dropout(model)
@@ -130,10 +136,17 @@ class ForwardPass:
     def _forward(self, model: nn.Module, batch: PolicyBatch) -> torch.Tensor:
         """The model's output ``logits`` over row columns ``first_logit_column ..`` (the LM head skips every column
         before it): the logits, or what a head standing in for it returns (``learner/logprob_head.py``)."""
+        if self.flex:
+            if self.device.type != "cuda" and torch.is_grad_enabled():
+                raise ConfigError("optim.attention=flex: FlexAttention has no backward on CPU, so the learner cannot "
+                                  "train with it here; use optim.attention=auto (flex on CUDA, sdpa elsewhere) or sdpa")
+            masks = self.attention.block_masks(batch.segment_ids, batch.position_ids)
+        else:
+            masks = self.attention.masks(batch.attention_mask, batch.position_ids)
         with self._autocast():
             output = model(
                 input_ids=batch.input_ids,
-                attention_mask=self.attention.masks(batch.attention_mask, batch.position_ids),
+                attention_mask=masks,
                 position_ids=batch.position_ids,
                 use_cache=False,
                 logits_to_keep=batch.input_ids.shape[1] - batch.first_logit_column,

@@ -60,9 +60,9 @@ def test_the_memory_plan_example_is_what_the_plan_prints(monkeypatch):
     fixes = dict(re.findall(r"^  (\S+?)[ :].*?peak ([\d.]+) GB", str(refused.value), re.M))
     prose = " ".join(text.split())
     for key, quoted, peak in (("optim.gradient_checkpointing=true", "`optim.gradient_checkpointing=true` (", "36.29"),
-                              ("optim.logprob_chunk_tokens=1024", "`optim.logprob_chunk_tokens=1024` (", "44.69"),
-                              ("optim.micro_batch_max_tokens=6144", "`optim.micro_batch_max_tokens=6144` (", "52.33"),
-                              ("specialization=L2", "`specialization=L2` (LoRA, ", "57.67"),
-                              ("base_models.policy_0.fsdp.cpu_offload=true", "`fsdp.cpu_offload=true` (", "64.31"),
-                              ("GPU_num=64", "`GPU_num=64` (", "64.77")):
+                              ("optim.logprob_chunk_tokens=1024", "`optim.logprob_chunk_tokens=1024` (", "39.66"),
+                              ("optim.micro_batch_max_tokens=6144", "`optim.micro_batch_max_tokens=6144` (", "49.32"),
+                              ("specialization=L2", "`specialization=L2` (LoRA, ", "52.64"),
+                              ("base_models.policy_0.fsdp.cpu_offload=true", "`fsdp.cpu_offload=true` (", "59.28"),
+                              ("GPU_num=64", "`GPU_num=64` (", "59.75")):
         assert fixes[key] == peak and f"{quoted}{peak} GB" in prose
