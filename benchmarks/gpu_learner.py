@@ -243,8 +243,8 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
         if sink.syncs else None,
         "seconds": time.perf_counter() - started,
     }
-    if profile is not None:
-        result["profile_top_ops"] = profile
+    if args.profile:
+        result["profile"] = profile  # None on CPU: the profiled update ran, with no device time to rank
     if policy is not None and device.type == "cuda":
         estimate = memory.learner_memory(policy.shape, policy.learner.with_tokens(per_batch * tokens))
         peak = median([r["update_peak_above_start_gb"] for r in measured])
@@ -265,24 +265,50 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     return result
 
 
-def profile_update(worker, batch, advantages, device, top: int = 25) -> list[dict[str, Any]]:
-    """One more ``PolicyWorker.update`` under the profiler: the ``top`` kernels and operators by their own device
-    time, each with its share of the update's (where the time goes: attention, matmuls, the logits, the optimizer)."""
+KERNEL_KINDS = (  # (kind, substrings of a CUDA kernel's name), first match wins
+    ("attention", ("flex", "fmha", "attention", "flash", "triton_tem_fused")),
+    ("matmul", ("gemm", "cutlass", "nvjet", "sm90_xmma", "cublas", "splitk")),
+    ("optimizer", ("multi_tensor", "adam", "fused_adam")),
+    ("copy and cast", ("memcpy", "memset", "copy", "cast", "convert")),
+    ("reduction", ("reduce", "softmax", "logsumexp", "norm")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, keys in KERNEL_KINDS if any(k in lowered for k in keys)), "element-wise and other")
+
+
+def profile_update(worker, batch, advantages, device, top: int = 25) -> dict[str, Any] | None:
+    """One more ``PolicyWorker.update`` under the profiler: where the update's time goes, from the CUDA kernels'
+    own rows only (an operator's row and its kernel's would count the same time twice): each kind's kernel time and
+    share, the ``top`` kernels, and the kernels' total against the update's wall time (the rest: the GPU waiting for
+    the host: launches, Python, synchronisations)."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
+    started = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
         worker.update(batch, advantages)
         if cuda:
             torch.cuda.synchronize(device)
+    wall_s = time.perf_counter() - started
     if not cuda:  # no device time to rank: the CPU run only checks that the profiled update runs
-        return []
-    events = [e for e in prof.key_averages() if getattr(e, "device_time_total", 0) > 0]
-    own = sum(e.self_device_time_total for e in events) or 1.0
-    ranked = sorted(events, key=lambda e: e.self_device_time_total, reverse=True)[:top]
-    return [{"op": e.key, "calls": e.count, "device_ms": e.device_time_total / 1e3,
-             "self_device_ms": e.self_device_time_total / 1e3, "self_share": e.self_device_time_total / own}
-            for e in ranked]
+        return None
+    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.self_device_time_total > 0]
+    total_us = sum(e.self_device_time_total for e in kernels) or 1.0
+    kinds: dict[str, float] = {}
+    for event in kernels:
+        kinds[kernel_kind(event.key)] = kinds.get(kernel_kind(event.key), 0.0) + event.self_device_time_total
+    ranked = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:top]
+    return {
+        "wall_s_profiled": wall_s, "kernel_s": total_us / 1e6,
+        "kinds": {kind: {"s": us / 1e6, "share": us / total_us} for kind, us in sorted(kinds.items(),
+                                                                                  key=lambda kv: -kv[1])},
+        "top_kernels": [{"kernel": e.key[:160], "calls": e.count, "s": e.self_device_time_total / 1e6,
+                         "share": e.self_device_time_total / total_us, "kind": kernel_kind(e.key)} for e in ranked],
+    }
 
 
 def build_model(args: argparse.Namespace) -> str:
@@ -311,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replica-cache", default=str(Path(tempfile.gettempdir()) / "pettingllms-replicas"))
     parser.add_argument("--repeats", type=int, default=3, help="measured updates per case (after one warm-up)")
     parser.add_argument("--profile", action="store_true",
-                        help="GPU: one more update per case under the profiler; its top operators go in the JSON")
+                        help="GPU: one more update per case under the profiler; kernel time by kind and the top kernels go in the JSON")
     parser.add_argument("--quick", action="store_true", help="CPU, tiny replica: checks the script, not the figures")
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ def test_gpu_learner_quick_runs_the_worker_update_and_streams_every_weight(tmp_p
     assert lora["lora_adapters"] == ["reasoner", "tool"] and lora["script"].endswith("math_L2_lora.sh")
     for case in (fsdp, lora):
         assert len(case["updates"]) == 2 and all(math.isfinite(u["pg_loss"]) and math.isfinite(u["grad_norm"]) for u in case["updates"])
-        assert case["tokens_per_s"] > 0 and case["profile_top_ops"] == []  # on CPU: ran, nothing to rank
+        assert case["tokens_per_s"] > 0 and case["profile"] is None  # on CPU: ran, nothing to rank
     # The full model's stream reaches the engine whole: every weight, once, at the tiny replica's size.
     from pettingllms.models import load_model, resolve_model
 
