@@ -168,7 +168,7 @@ def on_policy(learner, samples: list) -> list:
 
 
 def run_case(name: str, args: argparse.Namespace) -> dict:
-    from pettingllms.assembly import memory
+    from pettingllms.learner.footprint import learner_memory
     from pettingllms.assembly.plan import plan
     from pettingllms.models.load import parse_dtype
     from pettingllms.runtime.serving import release_accelerator_cache
@@ -246,7 +246,7 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
     if args.profile:
         result["profile"] = profile  # None on CPU: the profiled update ran, with no device time to rank
     if policy is not None and device.type == "cuda":
-        estimate = memory.learner_memory(policy.shape, policy.learner.with_tokens(per_batch * tokens))
+        estimate = learner_memory(policy.shape, policy.learner.with_tokens(per_batch * tokens))
         peak = median([r["update_peak_above_start_gb"] for r in measured])
         planned = (estimate.peak - estimate.resident) / GiB
         result.update({

@@ -139,17 +139,18 @@ def generation(args: argparse.Namespace) -> dict:
 
 def kv_cache_against_plan(engine, utilization: float) -> dict:
     """The KV cache vLLM allocated after its start-up profile, against the memory plan's bound for the same engine
-    (``memory.vllm_kv_room``: the budget less the weights and the profile's floor). At most 1 if the floor holds;
+    (``vllm_kv_room``: the budget less the weights and the profile's floor). At most 1 if the floor holds;
     well below 1 says how much the plan's uncounted terms (older samplers' float32 copies, CUDA graphs, memory
     outside torch) take on this vLLM."""
     import torch
 
-    from pettingllms.assembly import memory
+    from pettingllms.models.shape import ModelShape
+    from pettingllms.rollout.vllm.footprint import kv_bytes_per_token, vllm_kv_room
 
-    shape = memory.ModelShape.from_config(json.loads((Path(engine.model_dir) / "config.json").read_text()))
+    shape = ModelShape.from_config(json.loads((Path(engine.model_dir) / "config.json").read_text()))
     gpu_bytes = float(torch.cuda.get_device_properties(0).total_memory)
-    per_token = memory.kv_bytes_per_token(shape, 2, engine.tensor_parallel_size)
-    bound = memory.vllm_kv_room(shape, 2, engine.tensor_parallel_size, utilization, gpu_bytes) / per_token
+    per_token = kv_bytes_per_token(shape, 2, engine.tensor_parallel_size)
+    bound = vllm_kv_room(shape, 2, engine.tensor_parallel_size, utilization, gpu_bytes) / per_token
     allocated = engine.kv_cache_tokens
     return {"allocated_tokens": allocated, "plan_bound_tokens": bound,
             "ratio": None if allocated is None else round(allocated / bound, 4)}

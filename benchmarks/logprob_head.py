@@ -83,7 +83,8 @@ def child(mode_chunk: int, vocab: int, tokens: int, repeats: int, threads: int) 
 
 
 def planned_logits_mib(vocab: int, logit_tokens: int, chunk: int) -> float:
-    from pettingllms.assembly.memory import LearnerSetup, ModelShape, logits_bytes
+    from pettingllms.learner.footprint import LearnerSetup, logits_bytes
+    from pettingllms.models.shape import ModelShape
 
     shape = ModelShape(model_type="qwen3", vocab=vocab, hidden=512, layers=2, heads=8, kv_heads=4, head_dim=64,
                        intermediate=1024, tied=True, qk_norm=True)

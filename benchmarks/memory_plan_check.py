@@ -41,6 +41,8 @@ import torch  # noqa: E402
 
 from _report import learner_config, load_average, out_dir, write_result  # noqa: E402
 from pettingllms.assembly import memory  # noqa: E402
+from pettingllms.learner.footprint import LearnerSetup, learner_memory
+from pettingllms.models.shape import ModelShape
 
 TARGET = 0.25  # the issue asks for agreement within +-25%
 LORA_RANK = 16
@@ -149,10 +151,10 @@ def _status_kib(field: str) -> int:
     return 0
 
 
-def plan_setup(case: Case, tokens: int) -> memory.LearnerSetup:
+def plan_setup(case: Case, tokens: int) -> LearnerSetup:
     """The plan's learner setup for this case: one process, no FSDP, AdamW's for-loop path and grouped K/V in SDPA
     (what the learner does on CPU)."""
-    setup = memory.LearnerSetup(
+    setup = LearnerSetup(
         world_size=1, sharded=False, compute_bytes=memory.BYTES[case.dtype], weight_bytes=4,
         lora_rank=LORA_RANK if case.lora else 0,
         lora_targets=tuple(memory_targets()) if case.lora else (),
@@ -171,7 +173,7 @@ def memory_targets():
 def run_case(case: Case, tokens: int) -> dict:
     started = time.perf_counter()
     model, config = load(case)
-    shape = memory.ModelShape.from_config(config)
+    shape = ModelShape.from_config(config)
     learner = learner_for(case, model, tokens)
     batch = samples(2, tokens, shape.vocab, "shared" if case.lora else None)
     advantages = [1.0, -1.0]
@@ -181,7 +183,7 @@ def run_case(case: Case, tokens: int) -> dict:
         if torch.is_tensor(t))
     measured = tensor_peak(lambda: learner.update(batch, advantages))
     rss = rss_peak_increase(lambda: learner.update(batch, advantages))
-    estimate = memory.learner_memory(shape, plan_setup(case, tokens))
+    estimate = learner_memory(shape, plan_setup(case, tokens))
     estimated = estimate.peak - estimate.resident
     moments = {m.label: round(m.bytes / 1e6, 1) for m in estimate.moments}
     return {

@@ -12,6 +12,9 @@ import torch
 
 from pettingllms.assembly import memory
 from pettingllms.core.errors import ConfigError
+from pettingllms.learner.footprint import LearnerSetup, STRANDED_CACHE_SHARE, layer_activation_bytes, learner_memory
+from pettingllms.models.shape import ModelShape, lora_parameters, parameter_count
+from pettingllms.rollout.vllm.footprint import engine_profile_bytes, kv_bytes_per_token, vllm_batch
 
 QWEN3_1_7B = {  # Qwen/Qwen3-1.7B's config.json, the fields the plan reads
     "model_type": "qwen3", "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
@@ -46,15 +49,15 @@ def meta_count(config: dict) -> int:
                          ids=["qwen3-1.7b", "llama-8b", "qwen2-bias", "llama-bias", "qwen3-bias", "mistral",
                               "smollm2-135m"])
 def test_parameter_count_is_transformers_count(config):
-    assert memory.parameter_count(memory.ModelShape.from_config(config)) == meta_count(config)
+    assert parameter_count(ModelShape.from_config(config)) == meta_count(config)
 
 
 def test_qwen3_1_7b_numbers():
-    shape = memory.ModelShape.from_config(QWEN3_1_7B)
+    shape = ModelShape.from_config(QWEN3_1_7B)
     assert shape.qk_norm and shape.tied and shape.kv_dim == 1024
-    assert memory.parameter_count(shape) == 1_720_574_976
-    assert memory.kv_bytes_per_token(shape, 2, 1) == 2 * 28 * 8 * 128 * 2
-    assert memory.lora_parameters(shape, 16, ("q_proj", "v_proj")) == 28 * 16 * (2048 + 2048 + 2048 + 1024)
+    assert parameter_count(shape) == 1_720_574_976
+    assert kv_bytes_per_token(shape, 2, 1) == 2 * 28 * 8 * 128 * 2
+    assert lora_parameters(shape, 16, ("q_proj", "v_proj")) == 28 * 16 * (2048 + 2048 + 2048 + 1024)
 
 
 def test_recorded_hub_configs_size_like_transformers():
@@ -66,14 +69,14 @@ def test_recorded_hub_configs_size_like_transformers():
 
     for model_id in known_models():
         config = recorded_config(model_id)
-        shape = memory.ModelShape.from_config(config)
+        shape = ModelShape.from_config(config)
         stored = sum(t.numel for t in recorded_tensors(model_id) if not (shape.tied and t.name == "lm_head.weight"))
-        assert memory.parameter_count(shape) == meta_count(config) == stored, model_id
+        assert parameter_count(shape) == meta_count(config) == stored, model_id
 
 
 def test_a_mixture_of_experts_model_is_not_planned():
     with pytest.raises(ConfigError, match="mixture-of-experts"):
-        memory.ModelShape.from_config({**QWEN3_1_7B, "num_experts": 64})
+        ModelShape.from_config({**QWEN3_1_7B, "num_experts": 64})
 
 
 # ------------------------------------------------------------------------------------- the learner, measured on CPU
@@ -141,13 +144,13 @@ def test_learner_estimate_matches_a_measured_update(config, dtype, lora, checkpo
         torch.set_num_threads(threads)
     from pettingllms.core.choices import DEFAULT_LORA_TARGET_MODULES
 
-    setup = memory.LearnerSetup(
+    setup = LearnerSetup(
         compute_bytes=memory.BYTES[dtype], lora_rank=8 if lora else 0,
         lora_targets=tuple(DEFAULT_LORA_TARGET_MODULES) if lora else (), adapters=len(adapters),
         trained_adapters=len(adapters), gradient_checkpointing=checkpointing, entropy_grad=entropy > 0,
         foreach_optimizer=False, expand_kv=False,  # CPU: AdamW's for-loop, SDPA takes grouped K/V
     ).with_tokens(tokens)
-    estimate = memory.learner_memory(memory.ModelShape.from_config(config), setup)
+    estimate = learner_memory(ModelShape.from_config(config), setup)
     assert measured == pytest.approx(estimate.peak - estimate.resident, rel=0.1)
 
 
@@ -252,9 +255,9 @@ def test_lora_keeps_an_fp32_base_and_trains_only_adapters():
     setup = run.memory.policies[0].learner
     assert setup.lora and setup.weight_bytes == 4 and setup.trained_adapters == 2
     terms = {t.label: t.bytes for t in run.memory.plans[0].policies[0].learner.terms}
-    shape = memory.ModelShape.from_config(QWEN3_1_7B)
-    adapters = 2 * memory.lora_parameters(shape, 16, setup.lora_targets)
-    assert terms["fp32 weights (master)"] == pytest.approx((memory.parameter_count(shape) + adapters) * 4 / 8)
+    shape = ModelShape.from_config(QWEN3_1_7B)
+    adapters = 2 * lora_parameters(shape, 16, setup.lora_targets)
+    assert terms["fp32 weights (master)"] == pytest.approx((parameter_count(shape) + adapters) * 4 / 8)
     assert terms["AdamW state"] == pytest.approx(2 * adapters * 4 / 8)
 
 
@@ -295,11 +298,11 @@ def test_the_gpu_plan_saves_k_and_v_as_the_cuda_attention_expands_them():
 
     source = inspect.getsource(attention.grouped_sdpa_attention)
     assert "repeat_interleave" in source and '"cuda"' in source
-    shape = memory.ModelShape.from_config(QWEN3_1_7B)
-    gpu = memory.LearnerSetup(sharded=True, world_size=8)
-    cpu = memory.LearnerSetup(sharded=True, world_size=8, expand_kv=False)
-    assert memory.layer_activation_bytes(shape, gpu) == 116_904
-    assert memory.layer_activation_bytes(shape, gpu) - memory.layer_activation_bytes(shape, cpu) == \
+    shape = ModelShape.from_config(QWEN3_1_7B)
+    gpu = LearnerSetup(sharded=True, world_size=8)
+    cpu = LearnerSetup(sharded=True, world_size=8, expand_kv=False)
+    assert layer_activation_bytes(shape, gpu) == 116_904
+    assert layer_activation_bytes(shape, gpu) - layer_activation_bytes(shape, cpu) == \
         2 * 2 * (shape.q_dim - shape.kv_dim)
 
 
@@ -328,7 +331,7 @@ def test_only_an_unsharded_full_fine_tune_keeps_cache_after_the_release():
 
     full = learner()
     adam = {t.label: t.bytes for t in full.terms}["AdamW state"]
-    assert full.stranded == pytest.approx(memory.STRANDED_CACHE_SHARE * adam)
+    assert full.stranded == pytest.approx(STRANDED_CACHE_SHARE * adam)
     assert full.kept == full.resident + full.stranded
     assert learner("base_models.policy_0.fsdp.enabled=true").stranded == 0
     assert learner("specialization=L2").stranded == 0
@@ -337,14 +340,14 @@ def test_only_an_unsharded_full_fine_tune_keeps_cache_after_the_release():
 def test_vllm_start_profile_floor_by_hand():
     """One forward of 16384 tokens at the MLP (residual, normed input, attention output: 3 x 2048; gate/up and the
     activation: 3 x 6144, split over TP) and bf16 logits of 1024 rows, vllm.LLM's defaults on an 80 GB GPU."""
-    shape = memory.ModelShape.from_config(QWEN3_1_7B)
-    assert memory.vllm_batch(80e9) == (16384, 1024) and memory.vllm_batch(24e9) == (8192, 256)
-    assert memory.vllm_batch(None, 2048, 64) == (2048, 64)
-    assert memory.engine_profile_bytes(shape, 2, 1, 16384, 1024) == 2 * 16384 * (3 * 2048 + 3 * 6144) + \
+    shape = ModelShape.from_config(QWEN3_1_7B)
+    assert vllm_batch(80e9) == (16384, 1024) and vllm_batch(24e9) == (8192, 256)
+    assert vllm_batch(None, 2048, 64) == (2048, 64)
+    assert engine_profile_bytes(shape, 2, 1, 16384, 1024) == 2 * 16384 * (3 * 2048 + 3 * 6144) + \
         2 * 1024 * 151936  # 1.12 GB
-    assert memory.engine_profile_bytes(shape, 2, 2, 16384, 1024) == 2 * 16384 * (3 * 2048 + 3 * 3072) + \
+    assert engine_profile_bytes(shape, 2, 2, 16384, 1024) == 2 * 16384 * (3 * 2048 + 3 * 3072) + \
         2 * 1024 * 151936
-    assert memory.engine_profile_bytes(shape, 2, 1, 100, 1024) == 2 * 100 * (3 * 2048 + 3 * 6144) + 2 * 100 * 151936
+    assert engine_profile_bytes(shape, 2, 1, 100, 1024) == 2 * 100 * (3 * 2048 + 3 * 6144) + 2 * 100 * 151936
 
 
 def test_a_vllm_budget_that_cannot_hold_its_start_profile_is_refused_with_the_fixes():

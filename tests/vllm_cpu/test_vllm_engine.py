@@ -245,10 +245,11 @@ def test_the_engine_reports_the_kv_cache_vllm_allocated_as_the_memory_plan_count
     On GPUs the same figure is what the plan's "KV cache" line bounds from above (benchmarks/gpu_smoke.py)."""
     import json
 
-    from pettingllms.assembly import memory
+    from pettingllms.models.shape import ModelShape
+    from pettingllms.rollout.vllm.footprint import kv_bytes_per_token
 
-    shape = memory.ModelShape.from_config(json.loads((tiny_dir / "config.json").read_text()))
-    per_token = memory.kv_bytes_per_token(shape, 4, 1)
+    shape = ModelShape.from_config(json.loads((tiny_dir / "config.json").read_text()))
+    per_token = kv_bytes_per_token(shape, 4, 1)
     expected = float(os.environ["VLLM_CPU_KVCACHE_SPACE"]) * 2**30 / per_token
     assert engine.kv_cache_tokens is not None
     assert expected * 0.99 <= engine.kv_cache_tokens <= expected

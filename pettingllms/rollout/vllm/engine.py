@@ -617,7 +617,7 @@ def _check_cpu_head_size(model_dir: Path) -> None:
 def kv_cache_tokens(llm) -> int | None:
     """How many tokens of KV cache vLLM allocated after its start-up profile: its blocks (which the engine process
     reports to the front end's cache config once it is ready) x tokens per block; None where this vLLM does not say.
-    What the memory plan's "KV cache" line bounds (assembly/memory.py)."""
+    What the memory plan's "KV cache" line bounds (rollout/vllm/footprint.py::vllm_kv_room, composed in assembly/memory.py)."""
     cache = getattr(getattr(llm.llm_engine, "vllm_config", None), "cache_config", None)
     blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
     return int(blocks) * int(block_size) if blocks and block_size else None
