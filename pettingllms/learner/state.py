@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from pettingllms.learner.safe_dcp import CheckedWriter
 from pettingllms.learner.weights import trained_parameter_names
 
 FORMAT = 2
@@ -123,12 +124,6 @@ def restore(view: StateView, state: Mapping[str, Any]) -> int:
     return restore_meta(view, state["meta"], configured)
 
 
-# One writer thread per rank (torch's default), although it wrote the 20.6 GB of a Qwen3-1.7B full fine-tune in 34 s
-# on the H200: with FileSystemWriter(thread_count=8), torch 2.13 printed a writer thread's failure (a file-size limit
-# hit mid-write) and still completed the save, so a truncated checkpoint was published as good
-# (tests/trainer/test_faults.py caught it). Faster checkpoints need a writer that reports every thread's error.
-
-
 def _to_host(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
@@ -156,7 +151,8 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
 
         with _requiring_grad(_optimizer_params(view)):
             state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
-    dcp.save(state, checkpoint_id=str(directory))
+    # Several writer threads per rank, none of whose failures can be lost (safe_dcp.CheckedWriter).
+    dcp.save(state, storage_writer=CheckedWriter(directory), checkpoint_id=str(directory))
     return learner_meta(view, with_state)
 
 
