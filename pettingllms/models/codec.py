@@ -68,11 +68,20 @@ class HFChatCodec:
         return cls(load_tokenizer(directory), extra_eos_token_ids=_generation_config_eos_ids(directory),
                    chat_template_kwargs=chat_template_kwargs)
 
-    def encode_chat(self, messages: Sequence[Message]) -> list[int]:
-        """Prompt ids: chat template applied, generation prompt (assistant header) appended."""
+    @property
+    def chat_template(self) -> str | None:
+        """The template's source (what the gateway reads to tell whether it defines tools)."""
+        template = self.tokenizer.chat_template
+        return template if isinstance(template, str) else None
+
+    def encode_chat(self, messages: Sequence[Message], tools: Sequence[Mapping] | None = None) -> list[int]:
+        """Prompt ids: chat template applied, generation prompt (assistant header) appended. ``tools``: OpenAI tool
+        schemas, rendered by a template that defines them (messages may then carry ``tool_calls`` and ``tool``
+        replies, which the template renders too)."""
+        extra = {"tools": [dict(tool) for tool in tools]} if tools else {}
         encoded = self.tokenizer.apply_chat_template(
             [dict(message) for message in messages], add_generation_prompt=True, tokenize=True,
-            **self.chat_template_kwargs,
+            **extra, **self.chat_template_kwargs,
         )
         # transformers 5 returns a BatchEncoding (a Mapping) here; 4.x returned the id list itself.
         ids = encoded["input_ids"] if isinstance(encoded, Mapping) else encoded

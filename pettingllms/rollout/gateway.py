@@ -10,8 +10,11 @@ those ids (nothing is re-tokenised).
 - ``POST /v1/chat/completions`` and ``GET /v1/models``. Bearer token: ``<secret>.<run id>``, a fresh secret per
   gateway and one key per program run (``key_for``), so every call is attributed to its run without the program's
   help. 401 for another key, 404 for an unknown ``model`` (listing the agents), 400 naming the field for a malformed
-  request or one the gateway does not serve (``n`` > 1, ``stream``, ``tools``), 400 for a prompt over
-  ``training.max_prompt_length``;
+  request or one the gateway does not serve (``n`` > 1, ``stream``, ``tool_choice`` forcing a call, ``tools`` for a
+  model whose template defines none), 400 for a prompt over ``training.max_prompt_length``;
+- tools: a request's ``tools`` are rendered by the policy's chat template into the prompt, and the model's
+  ``<tool_call>`` blocks come back as ``tool_calls`` (``rollout/tool_calls.py``); the program runs the tools and sends
+  their results back as ``tool`` messages, which the template renders into the next call's prompt;
 - sampling is the agent's (``agents.<role>.train_sampling`` in training, ``val_sampling`` in validation): a
   request's ``temperature``/``top_p`` are ignored; its ``max_tokens`` (or ``max_completion_tokens``) can only lower
   the agent's, which ``training.max_response_length`` caps;
@@ -35,6 +38,7 @@ from typing import Any, Iterable, Mapping
 from pettingllms.core.part_clock import PartClock
 from pettingllms.core.types import Completion, GenerationRequest, GenerationResult, SamplingParams
 from pettingllms.rollout.policy_client import PolicyClient
+from pettingllms.rollout.tool_calls import parse_tool_calls, tool_call_format
 
 log = logging.getLogger(__name__)
 BATCH_WINDOW_S = 0.01
@@ -255,11 +259,9 @@ class Gateway:
             if body.get(field_name) not in allowed:
                 raise RequestError(400, f"`{field_name}`={body.get(field_name)!r} is not served: one completion per "
                                         "request, not streamed")
-        if body.get("tools") or body.get("functions"):
-            raise RequestError(400, "`tools`: the gateway does not serve tool calls yet (write the tool protocol "
-                                    "into the messages, or call tools from the program)")
         client = self.clients[route.policy]
-        prompt_ids = tuple(client.codec.encode_chat(messages))
+        tools = _tools(body, client.codec, route.policy)
+        prompt_ids = tuple(client.codec.encode_chat(messages, tools) if tools else client.codec.encode_chat(messages))
         if len(prompt_ids) > self.max_prompt_length:
             raise RequestError(400, f"`messages`: the prompt is {len(prompt_ids)} tokens, over "
                                     f"training.max_prompt_length={self.max_prompt_length}")
@@ -277,11 +279,15 @@ class Gateway:
         with self._lock:
             self._calls[run].append(Call(run, agent, index, order, prompt_ids, completion, sampling))
         finish = "length" if completion.finish_reason == "length" else "stop"
+        message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+        if tools and body.get("tool_choice") != "none":
+            content, tool_calls = parse_tool_calls(completion.text, f"call-{run}-{agent}-{index}")
+            if tool_calls:
+                message, finish = {"role": "assistant", "content": content, "tool_calls": tool_calls}, "tool_calls"
         return {
             "id": f"chatcmpl-{run}-{agent}-{index}", "object": "chat.completion", "created": int(time.time()),
             "model": agent,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": completion.text},
-                         "finish_reason": finish, "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion.token_ids),
                       "total_tokens": len(prompt_ids) + len(completion.token_ids)},
         }
@@ -296,8 +302,9 @@ class Gateway:
         return min(asked, limit)
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
-    """The chat messages of a request: role and text content (a list of text parts is joined)."""
+def _messages(value: Any) -> list[dict[str, Any]]:
+    """The chat messages of a request: role and text content (a list of text parts is joined), an assistant's
+    ``tool_calls`` and a tool reply's ``tool_call_id`` kept for the chat template."""
     if not isinstance(value, list) or not value:
         raise RequestError(400, "`messages` must be a non-empty list of {role, content} objects")
     out = []
@@ -314,5 +321,52 @@ def _messages(value: Any) -> list[dict[str, str]]:
             content = ""
         if not isinstance(content, str):
             raise RequestError(400, f"`messages[{i}].content` must be a string or a list of text parts")
-        out.append({"role": message["role"], "content": content})
+        kept: dict[str, Any] = {"role": message["role"], "content": content}
+        if message.get("tool_calls") is not None:
+            kept["tool_calls"] = _tool_calls(message["tool_calls"], i)
+        if isinstance(message.get("tool_call_id"), str):
+            kept["tool_call_id"] = message["tool_call_id"]
+        if isinstance(message.get("name"), str) and message["role"] == "tool":
+            kept["name"] = message["name"]
+        out.append(kept)
     return out
+
+
+def _tool_calls(value: Any, i: int) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls``, as the OpenAI client sends them back."""
+    field_name = f"`messages[{i}].tool_calls`"
+    if not isinstance(value, list):
+        raise RequestError(400, f"{field_name} must be a list")
+    calls = []
+    for j, call in enumerate(value):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or \
+                not isinstance(function.get("arguments", "{}"), (str, dict)):
+            raise RequestError(400, f"{field_name}[{j}] must be {{id, type: function, function: {{name, arguments}}}}")
+        calls.append({"id": call.get("id"), "type": "function",
+                      "function": {"name": function["name"], "arguments": function.get("arguments", "{}")}})
+    return calls
+
+
+def _tools(body: dict, codec: Any, policy: str) -> list[dict[str, Any]] | None:
+    """The request's ``tools`` (function schemas), checked, when the policy's chat template defines tools."""
+    if body.get("functions") or body.get("function_call"):
+        raise RequestError(400, "`functions`: the legacy function-calling fields are not served; send `tools`")
+    tools = body.get("tools")
+    if not tools:
+        return None
+    if not isinstance(tools, list):
+        raise RequestError(400, "`tools` must be a list of {type: function, function: {name, parameters}} objects")
+    for j, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict) \
+                or not isinstance(function.get("name"), str) or not function["name"]:
+            raise RequestError(400, f"`tools[{j}]` must be {{type: function, function: {{name, parameters}}}}")
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise RequestError(400, f"`tool_choice`={choice!r} is not served: the model chooses whether to call a tool "
+                                "(`auto`, or `none` to read its answer as text)")
+    if tool_call_format(getattr(codec, "chat_template", None)) is None:
+        raise RequestError(400, f"`tools`: the chat template of {policy}'s model defines no tool-call format the "
+                                "gateway parses (Hermes-style <tool_call> blocks, as Qwen2.5 and Qwen3 write them)")
+    return tools
