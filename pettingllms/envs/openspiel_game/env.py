@@ -31,17 +31,14 @@
 from __future__ import annotations
 
 import difflib
-import logging
-import os
 import random
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
-from pettingllms.envs.common.chat_client import ChatError, chat_once
+from pettingllms.envs.common.server_opponent import ServerOpponent
 from pettingllms.envs.seats import example_problems, seeded_problems
 
-log = logging.getLogger(__name__)
 OPPONENTS = ("self", "random", "mcts", "server")
 TRAINED = "player"  # the one agent when the other seats are played by a fixed opponent
 
@@ -82,12 +79,8 @@ class OpenSpielEnv(Env):
         pyspiel = import_pyspiel()
         if opponent not in OPPONENTS:
             raise ConfigError(f"env.options.opponent={opponent!r}: one of {list(OPPONENTS)}")
-        if opponent == "server" and not (opponent_url and opponent_model):
-            raise ConfigError("env.options.opponent=server needs env.options.opponent_url (an OpenAI-compatible API "
-                              "root, /v1 included) and env.options.opponent_model")
-        self.server = {"url": opponent_url, "model": opponent_model, "key_env": opponent_key_env,
-                       "temperature": float(opponent_temperature), "timeout_s": float(opponent_timeout)}
-        self._server_failed = False  # the first failure's cause is logged, the rest counted
+        self.server = ServerOpponent(opponent_url, opponent_model, opponent_key_env, opponent_temperature,
+                                     opponent_timeout, env_name="openspiel") if opponent == "server" else None
         if max_invalid < 1:
             raise ConfigError(f"env.options.max_invalid={max_invalid}: must be >= 1")
         names = pyspiel.registered_names()
@@ -234,20 +227,12 @@ class OpenSpielEnv(Env):
         shot = self._shots.get(player)
         messages = ([{"role": "user", "content": shot[0]}, {"role": "assistant", "content": shot[1]}] if shot else [])
         messages.append({"role": "user", "content": self._prompt(state)})
-        server = self.server
-        try:
-            answer = chat_once(server["url"], server["model"], messages, api_key=os.environ.get(server["key_env"]),
-                               temperature=server["temperature"], timeout_s=server["timeout_s"])
-            move = match_move(answer, legal)
-            cause = None if move is not None else f"its answer {answer[:60]!r} names no legal move"
-        except ChatError as exc:
-            move, cause = None, f"the request failed: {exc}"
+        answer, cause = self.server.ask(messages)
+        move = match_move(answer, legal) if answer is not None else None
         if move is not None:
             return actions[legal.index(move)], False
-        if not self._server_failed:
-            self._server_failed = True
-            log.warning("openspiel opponent %s at %s: %s; a uniform legal move is played instead (counted in "
-                        "info/opponent_fallbacks; logged once)", server["model"], server["url"], cause)
+        self.server.fell_back(cause or f"its answer {answer[:60]!r} names no legal move",
+                              "a uniform legal move is played")
         return rng.choice(actions), True
 
     def _record(self, state, game_seed: str, seat: int | None) -> SpielState:

@@ -2,6 +2,8 @@
 
     env.name=textarena env.options.game=TicTacToe-v0        # self-play: player_0 vs player_1
     env.name=textarena env.options.game=KuhnPoker-v0
+    env.name=textarena env.options.opponent=server env.options.opponent_url=http://host:8000/v1 \
+        env.options.opponent_model=<name>                    # one agent, ``player``, vs a served model
 
 - **State**: (game id, seed, the moves sent so far) plus what the library said after them (who moves, what that seat
   sees, the rewards once over). Each step replays the game from ``reset(seed)`` through every move: a pure
@@ -15,7 +17,14 @@
 - **Moves**: the response as it is (at most 2,000 characters); the library's own action wrapper and rules judge it
   (by default a second invalid move in a row loses the game).
 - **Outcome** (``Env.outcome``): the rewards of ``close()`` per seat; a game cut by ``max_turns`` scores 0 for both.
-  ``success``: the game reached its end.
+  ``success``: the game reached its end (against an opponent: ``player`` won).
+- **Opponents**: ``opponent=self`` (default) seats an agent per player; ``opponent=server`` seats one agent,
+  ``player``, in seat (problem seed mod 2), so seats alternate across problems, and a model behind any
+  OpenAI-compatible endpoint plays the other seat (``envs/common/server_opponent.py``: ``opponent_url``,
+  ``opponent_model``, the bearer token from the environment variable ``opponent_key_env``, ``opponent_temperature``
+  0 by default, ``opponent_timeout``, ``opponent_max_tokens``). It sees that seat's observation and its answer is
+  the move, judged by the library like any; a failed request sends an empty move (invalid, as the library's rules
+  judge it) and is counted in ``info/opponent_fallbacks``. Its moves are in the state, so a replay never asks again.
 """
 
 from __future__ import annotations
@@ -26,10 +35,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+from pettingllms.envs.common.server_opponent import ServerOpponent
 from pettingllms.envs.seats import example_problems, seeded_problems
 
 PLAYERS = 2
 SEATS = tuple(f"player_{i}" for i in range(PLAYERS))
+TRAINED = "player"  # the one agent when a served model plays the other seat
+OPPONENTS = ("self", "server")
 _REPLAY = threading.Lock()  # TextArena draws from the module-level ``random``: one replay at a time
 
 
@@ -49,6 +61,8 @@ class ArenaState:
     prompt: str  # the library's observation for that seat
     rewards: tuple[float, ...] = ()  # close()'s rewards per seat once the game is over
     reason: str = ""  # the library's reason for the result
+    seat: int | None = None  # the seat ``player`` holds against a served opponent; None in self-play
+    opponent_fallbacks: int = 0  # opponent=server: failed requests answered with an empty move so far
 
 
 class TextArenaEnv(Env):
@@ -56,14 +70,27 @@ class TextArenaEnv(Env):
     agent_classes = {seat: "games.seat" for seat in SEATS}
     known_options = ()
 
-    def __init__(self, max_turns: int = 30, game: str = "TicTacToe-v0", **options: Any) -> None:
+    def __init__(self, max_turns: int = 30, game: str = "TicTacToe-v0", opponent: str = "self",
+                 opponent_url: str = "", opponent_model: str = "", opponent_key_env: str = "OPENAI_API_KEY",
+                 opponent_temperature: float = 0.0, opponent_timeout: float = 60.0, opponent_max_tokens: int = 64,
+                 **options: Any) -> None:
         super().__init__(max_turns=max_turns, **options)
+        if opponent not in OPPONENTS:
+            raise ConfigError(f"env.options.opponent={opponent!r}: one of {list(OPPONENTS)}")
+        if opponent_max_tokens < 1:
+            raise ConfigError(f"env.options.opponent_max_tokens={opponent_max_tokens}: must be >= 1")
         self._make = import_textarena().make
         try:
             self._make(game)
         except Exception as exc:
             raise ConfigError(f"env.options.game={game!r}: TextArena cannot make it ({exc})") from exc
         self.game = game
+        self.server = ServerOpponent(opponent_url, opponent_model, opponent_key_env, opponent_temperature,
+                                     opponent_timeout, env_name="textarena") if opponent == "server" else None
+        self.opponent_max_tokens = opponent_max_tokens
+        if self.server is not None:
+            self.graph = AgentGraph.sequential([TRAINED])
+            self.agent_classes = {TRAINED: "games.seat"}
 
     def procedural_problems(self, split: str, count: int) -> list[Problem]:
         return seeded_problems(self.game, split, count)
@@ -73,34 +100,57 @@ class TextArenaEnv(Env):
         return example_problems(n)
 
     def reset(self, problem: Problem, seed: int) -> ArenaState:
-        return self._play(int(problem.data.get("seed", 0)) * 1_000_003 + seed, ())
+        problem_seed = int(problem.data.get("seed", 0))
+        seat = problem_seed % PLAYERS if self.server is not None else None
+        return self._settle(self._play(problem_seed * 1_000_003 + seed, (), seat))
 
     def acting_agents(self, state: ArenaState) -> tuple[str, ...]:
-        return (SEATS[state.to_move],) if state.to_move >= 0 else ()
+        return (self._role(state.to_move),) if state.to_move >= 0 else ()
 
     def step(self, state: ArenaState, agent: str, action: Any) -> Transition:
         if state.to_move < 0:
             return Transition(state, terminated=True)
-        if agent != SEATS[state.to_move]:
-            raise ValueError(f"{agent!r} moved, but the seat to move is {SEATS[state.to_move]!r}")
-        new = self._play(state.seed, state.moves + (str(action or ""),))
-        return Transition(new, terminated=new.to_move < 0)
+        if agent != self._role(state.to_move):
+            raise ValueError(f"{agent!r} moved, but the seat to move is {self._role(state.to_move)!r}")
+        new = self._settle(self._play(state.seed, state.moves + (str(action or ""),), state.seat,
+                                      state.opponent_fallbacks))
+        info = {"opponent_fallbacks": float(new.opponent_fallbacks)} if self.server is not None else {}
+        return Transition(new, terminated=new.to_move < 0, info=info)
 
     def team_reward(self, state: ArenaState) -> float:
         return 0.0
 
     def outcome(self, state: ArenaState) -> Mapping[str, float]:
         values = state.rewards or (0.0,) * PLAYERS
+        if state.seat is not None:
+            return {TRAINED: float(values[state.seat])}
         return {seat: float(v) for seat, v in zip(SEATS, values)}
 
     def success(self, state: ArenaState) -> bool:
+        if state.seat is not None:
+            return self.outcome(state)[TRAINED] > 0
         return bool(state.rewards)
+
+    def _role(self, player: int) -> str:
+        return TRAINED if self.server is not None else SEATS[player]
+
+    def _settle(self, state: ArenaState) -> ArenaState:
+        """Against a served opponent: play its moves until ``player``'s seat is to move or the game is over."""
+        while self.server is not None and state.to_move >= 0 and state.to_move != state.seat:
+            answer, cause = self.server.ask([{"role": "user", "content": state.prompt}], self.opponent_max_tokens)
+            fallbacks = state.opponent_fallbacks
+            if answer is None:
+                self.server.fell_back(cause or "no answer", "an empty move (invalid by the game's rules) is sent")
+                answer, fallbacks = "", fallbacks + 1
+            state = self._play(state.seed, state.moves + (answer,), state.seat, fallbacks)
+        return state
 
     @staticmethod
     def describe(state: ArenaState) -> str:
-        return f"seed {state.seed}, moves {list(state.moves)}, to move {state.to_move}, rewards {list(state.rewards)}"
+        return (f"seed {state.seed}, moves {list(state.moves)}, to move {state.to_move}, rewards {list(state.rewards)}"
+                + (f", player holds seat {state.seat}" if state.seat is not None else ""))
 
-    def _play(self, seed: int, moves: tuple[str, ...]) -> ArenaState:
+    def _play(self, seed: int, moves: tuple[str, ...], seat: int | None = None, fallbacks: int = 0) -> ArenaState:
         """Replay the game from ``reset(seed)`` through ``moves`` and record what the library says next."""
         import numpy as np
 
@@ -118,9 +168,9 @@ class TextArenaEnv(Env):
                     rewards, info = arena.close()
                     reason = next((str(v.get("reason", "")) for v in (info or {}).values() if isinstance(v, dict)), "")
                     return ArenaState(seed, moves, -1, "", tuple(float(rewards.get(i, 0.0)) for i in range(PLAYERS)),
-                                      reason)
+                                      reason, seat, fallbacks)
                 player, observation = arena.get_observation()
-                return ArenaState(seed, moves, int(player), _text(observation))
+                return ArenaState(seed, moves, int(player), _text(observation), seat=seat, opponent_fallbacks=fallbacks)
             finally:
                 random.setstate(saved)
                 np.random.set_state(saved_np)
