@@ -12,8 +12,11 @@ What it does, in order:
   2. optionally (fallback layer, when it has the privilege) moves into new network and IPC namespaces and a new
      mount namespace in which the shared writable dirs (/tmp, /var/tmp, /dev/shm, ...) are private tmpfs, so
      the program can neither reach the host's unix sockets there nor leave files or IPC objects behind;
-  3. forks the program: the child drops privileges, applies rlimits, closes every inherited fd but 0-2
-     and execs. Failure before the exec is reported as a setup error (the program never ran);
+  3. forks the program: the child drops privileges, installs a seccomp filter that denies the kernel-state
+     channels rlimits and namespaces do not close (keyrings: add_key, request_key, keyctl, whose keys outlive a run
+     and carry data to the next run of the same uid; memfd_create and memfd_secret, whose memory escapes
+     RLIMIT_AS), applies rlimits, closes every inherited fd but 0-2 and execs. Failure before the exec is reported
+     as a setup error (the program never ran);
   4. waits for the program or for the runner to close the lifeline pipe (timeout, output limit, or the
      runner itself died); then kills whatever is left of the tree and reaps all of it;
   5. writes one ``repr(dict)`` line per event to the report fd: ``started`` once the exec succeeded, then
@@ -37,6 +40,15 @@ PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# The syscalls the filter denies (EPERM), per architecture: (audit arch, {name: number}).
+DENIED_SYSCALLS = {
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250, "memfd_create": 319,
+                            "memfd_secret": 447}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279,
+                             "memfd_secret": 447}),
+}
+X32_SYSCALL_BIT = 0x40000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNS = 0x00020000
@@ -148,6 +160,40 @@ def _drop_privileges(uid, gid):
         raise RuntimeError("could regain uid 0 after dropping privileges")
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _seccomp_program(machine):
+    """A classic-BPF seccomp program: EPERM for the denied syscalls, for x32 numbers and for any other syscall ABI
+    (a 32-bit ``int 0x80`` has other numbers), every other syscall allowed."""
+    import _struct  # the C module: the launcher imports no pure-Python module
+
+    if machine not in DENIED_SYSCALLS:
+        raise RuntimeError("no seccomp syscall table for %s: the keyring and memfd channels cannot be closed" % machine)
+    arch, numbers = DENIED_SYSCALLS[machine]
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    denied = sorted(numbers.values())
+    program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny),  # seccomp_data.arch: only the native ABI
+               (ld_abs, 0, 0, 0), (jge, len(denied) + 1, 0, X32_SYSCALL_BIT)]  # seccomp_data.nr
+    program += [(jeq, len(denied) - i, 0, nr) for i, nr in enumerate(denied)]
+    program += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return b"".join(_struct.pack("HBBI", *instruction) for instruction in program), len(program)
+
+
+def _deny_kernel_state_syscalls():
+    """Install the seccomp filter (after PR_SET_NO_NEW_PRIVS, which an unprivileged filter needs)."""
+    code, length = _seccomp_program(os.uname().machine)
+    buffer = ctypes.create_string_buffer(code)
+    program = _SockFprog(length, ctypes.cast(buffer, ctypes.c_void_p))
+    if _libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(program),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "seccomp filter refused (%s): the keyring and memfd channels cannot be closed"
+                      % os.strerror(err))
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -241,6 +287,7 @@ def _exec_program(cfg, err_w):
         if cfg.get("uid") is not None:
             _drop_privileges(cfg["uid"], cfg["gid"])
         _prctl(PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries and file capabilities cannot hand privileges back
+        _deny_kernel_state_syscalls()
         _clear_capabilities()
         _check_no_capabilities()
         os.chdir(cfg["cwd"])

@@ -422,3 +422,31 @@ def test_the_run_dir_is_on_no_command_line_of_the_run(sandbox):
     for cmd in cmdlines:
         assert b"pettingllms-sbx-" not in cmd, cmd
         assert not any(len(arg) > 200 for arg in cmd.split(b"\0")), f"a long (encoded config?) argument: {cmd!r}"
+
+
+# Kernel state that neither rlimits nor namespaces isolate: a keyring key (add_key/keyctl) outlives the run and is
+# read by the next run of the same uid; memfd memory is not counted by RLIMIT_AS. The launcher's seccomp filter
+# denies those syscalls (EPERM), by their native numbers and through the 32-bit ABI.
+KERNEL_STATE = r'''
+import ctypes, errno, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+numbers = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 217, "keyctl": 219}}[platform.machine()]
+results = {}
+for name, nr in numbers.items():
+    args = (b"user", b"sbx-key", b"secret", 6, -3) if name == "add_key" else (0, -3, 1, 0, 0)  # KEY_SPEC_SESSION_KEYRING
+    outcome = libc.syscall(nr, *args)
+    results[name] = "allowed" if outcome >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+try:
+    os.memfd_create("sbx")
+    results["memfd_create"] = "allowed"
+except OSError as exc:
+    results["memfd_create"] = errno.errorcode.get(exc.errno, "?")
+print(results)
+'''
+
+
+def test_keyrings_and_memfd_are_denied(sandbox):
+    result = sandbox.run(KERNEL_STATE, limits=TEST_LIMITS)
+    assert result.verdict == "ok" and result.exit_code == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str({"add_key": "EPERM", "keyctl": "EPERM", "memfd_create": "EPERM"})
