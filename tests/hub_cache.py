@@ -12,7 +12,8 @@ SNAPSHOT = "0" * 40
 def cache_hub_model(monkeypatch, cache: Path, repo_id: str, config: dict, tokenizer_dir: Path,
                     weights: bool = True) -> Path:
     """Put ``repo_id`` into the hub cache ``cache`` (made this process's cache) with ``config`` and the tokenizer
-    files of ``tokenizer_dir``; ``weights``: an empty safetensors stand-in (the dry run never reads weights).
+    files of ``tokenizer_dir``; ``weights``: a safetensors stand-in holding no tensor (the dry run reads its header
+    only, never the weights).
     Returns the snapshot folder."""
     import huggingface_hub.constants
 
@@ -26,6 +27,8 @@ def cache_hub_model(monkeypatch, cache: Path, repo_id: str, config: dict, tokeni
         if (tokenizer_dir / name).is_file():
             shutil.copy(tokenizer_dir / name, snapshot / name)
     if weights:
-        (snapshot / "model.safetensors").write_bytes(b"")
+        from safetensors.torch import save_file
+
+        save_file({}, str(snapshot / "model.safetensors"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
     return snapshot

@@ -15,7 +15,7 @@ from typing import Callable, Mapping, Sequence, TypeVar
 from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts
 from pettingllms.config.frozen import thaw
 from pettingllms.config.schema import Config
-from pettingllms.core import ConfigError, Problem
+from pettingllms.core import ConfigError, PettingLLMsError, Problem
 from pettingllms.models import HFChatCodec, resolve_model
 from pettingllms.models.resolve import ModelSource, locate_model
 
@@ -64,6 +64,21 @@ def _per_policy(cfg: Config, run_plan: RunPlan, find: Callable[[str], T]) -> dic
         except ConfigError as exc:
             raise ConfigError(f"{model_key(cfg, name, path)}={path}: {exc}") from exc
     return found
+
+
+def check_model_files(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> None:
+    """Every local model folder runs no code of its own and holds valid safetensors headers (``check_model_folder``):
+    refused naming the key."""
+    from pettingllms.models.load import check_model_folder
+
+    for name, directory in directories.items():
+        if directory is None:
+            continue
+        model = run_plan.policies[name].model
+        try:
+            check_model_folder(directory)
+        except PettingLLMsError as exc:
+            raise type(exc)(f"{model_key(cfg, name, model.path)}={model.path}: {exc}") from exc
 
 
 def chat_codecs(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> dict[str, HFChatCodec]:

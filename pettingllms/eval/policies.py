@@ -35,6 +35,7 @@ from pettingllms.config.schema import EvalModelConfig
 from pettingllms.core import ConfigError
 from pettingllms.eval.checkpoints import RUN_CONFIG, load_policy_weights, read_run_config
 from pettingllms.models import LoraSpec, load_model
+from pettingllms.models.load import refused_as_one_line
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
 from pettingllms.runtime.serving import (
     EngineSync,
@@ -177,7 +178,8 @@ def _adapter_policy(m: EvalModelConfig, specs: dict[str, WorkerSpec], roles: Seq
     model = load_model(spec.directory, spec.dtype)
     with warnings.catch_warnings():  # peft does not know the trainer's own "pettingllms_agent" tag
         warnings.filterwarnings("ignore", message=".*pettingllms_agent.*")
-        model = PeftModel.from_pretrained(model, folders[used[0]], adapter_name=used[0])
+        with refused_as_one_line(folders[used[0]]):
+            model = PeftModel.from_pretrained(model, folders[used[0]], adapter_name=used[0])
         for name in used[1:]:
             model.load_adapter(folders[name], adapter_name=name)
     engine = make_engine(spec, model, codec, colocated=False)

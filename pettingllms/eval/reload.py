@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from pettingllms.core import ConfigError
+from pettingllms.models.load import refused_as_one_line
 
 
 def _codec(directory: Path | str):
@@ -35,12 +36,14 @@ def generate_with_transformers(folder: Path) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    if (folder / "adapter_config.json").is_file():
-        from peft import AutoPeftModelForCausalLM
+    with refused_as_one_line(folder):
+        if (folder / "adapter_config.json").is_file():
+            from peft import AutoPeftModelForCausalLM
 
-        model, codec = AutoPeftModelForCausalLM.from_pretrained(folder), _codec(_base_of(folder))
-    else:
-        model, codec = AutoModelForCausalLM.from_pretrained(folder), _codec(folder)
+            model = AutoPeftModelForCausalLM.from_pretrained(folder, trust_remote_code=False)
+            codec = _codec(_base_of(folder))
+        else:
+            model, codec = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False), _codec(folder)
     ids = torch.tensor([_prompt(codec)])
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)

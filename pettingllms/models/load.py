@@ -6,6 +6,7 @@ directory on.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn as nn
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pettingllms.core.errors import ConfigError
+from pettingllms.core.errors import ConfigError, DamagedCheckpointError, UnsafeCheckpointError
 from pettingllms.models.attention import register_attention
 from pettingllms.models.lora import LoraSpec, attach_adapters
 from pettingllms.models.resolve import model_directory
@@ -53,9 +54,10 @@ def load_model(
     if lora is not None and not names:
         raise ConfigError("a LoRA spec needs at least one adapter name (one per agent, or one shared)")
     directory = model_directory(path)
-    model = AutoModelForCausalLM.from_pretrained(
-        directory, dtype=torch_dtype, attn_implementation=register_attention()
-    )
+    with refused_as_one_line(directory):
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=torch_dtype, attn_implementation=register_attention(), trust_remote_code=False
+        )
     if lora is not None:
         model = attach_adapters(model, names, lora)
     return model
@@ -64,8 +66,44 @@ def load_model(
 def load_tokenizer(path: Path | str):
     """The model's tokenizer, left padding, with a chat template (ConfigError if it has none)."""
     directory = model_directory(path)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    with refused_as_one_line(directory):
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
     if not tokenizer.chat_template:
         raise ConfigError(f"the tokenizer in {directory} has no chat template; chat agents need one")
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def check_model_folder(directory: Path | str) -> None:
+    """Read a model folder's config (an architecture that exists only as the folder's own code is refused) and every
+    safetensors header (not the tensors: a damaged or crafted file is refused), each in one line, before anything
+    loads the weights (``--dry-run``)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    if (Path(directory) / "config.json").is_file():
+        with refused_as_one_line(directory):
+            AutoConfig.from_pretrained(directory, trust_remote_code=False)
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        with refused_as_one_line(directory), safe_open(str(path), "pt"):
+            pass
+
+
+@contextmanager
+def refused_as_one_line(directory: Path | str):
+    """A model folder that asks to run its own code, or whose weights file is not valid safetensors, is refused in
+    one line naming the folder. transformers is always told ``trust_remote_code=False``: never a prompt, never the
+    folder's code (a shared or downloaded checkpoint is data)."""
+    try:
+        yield
+    except ValueError as exc:
+        if "trust_remote_code" not in str(exc):
+            raise
+        raise UnsafeCheckpointError(
+            f"{directory}: its config.json maps the model to code shipped in the folder (auto_map), which pettingllms "
+            "never runs (trust_remote_code stays off); use a model whose architecture transformers has built in") from None
+    except Exception as exc:
+        if type(exc).__name__ != "SafetensorError":
+            raise
+        raise DamagedCheckpointError(f"{directory}: a weights file is not valid safetensors ({exc}); the folder is "
+                                     "damaged or was not written by save_pretrained") from None
