@@ -30,7 +30,10 @@ Parts (each adds a section to benchmarks/results/gpu_smoke.json):
   served by vLLM from its adapter slots (level-1 sleep keeps the base weights in host memory; each update sends
   only the adapters).
 - ``L3``: ``bash scripts/train/math/math_L3_model.sh`` the same way: two full models, the visible GPUs split
-  between them (half a GPU each on a one-GPU machine), each policy with its own vLLM engine(s).
+  between them (half a GPU each on a one-GPU machine), each policy with its own vLLM engine(s); with the default
+  model, a Qwen3-0.6B replica (two 1.7B learners do not fit one GPU).
+Every part adds ``optim.logprob_chunk_tokens=1024`` (``PART_OVERRIDES``), so the memory plan admits each on one
+80 GB and one 141 GB GPU (tests/benchmarks/test_gpu_smoke_plan.py).
 Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens, and the
 device memory (GB in use on the GPU, every process) after each phase of the step: the update, the learner's cache
 release, the weights' sync and the KV cache's wake.
@@ -180,6 +183,20 @@ LEVEL_SCRIPTS = {
 }
 
 
+# What each part adds to the script so that the memory plan admits it on one 80 GB or 141 GB GPU (tested in
+# tests/benchmarks/test_gpu_smoke_plan.py): the LM head's fp32 logits 1,024 tokens at a time (the plan's own fix; the
+# dense head's update alone is 85 GiB at 8,192 tokens), and for L3, two full models sharing one GPU, Qwen3-0.6B in
+# place of the default Qwen3-1.7B replica (two 1.7B learners peak at 147 GB even with that head).
+PART_OVERRIDES = {"L1": ["optim.logprob_chunk_tokens=1024"], "L2": ["optim.logprob_chunk_tokens=1024"],
+                  "L3": ["optim.logprob_chunk_tokens=1024"]}
+L3_DEFAULT_MODEL = "replica:Qwen/Qwen3-0.6B"
+
+
+def part_model(level: str, model: str) -> str:
+    """The model a part trains: the one asked for, except the default replica under L3 (two of them do not fit)."""
+    return L3_DEFAULT_MODEL if level == "L3" and model == DEFAULT_MODEL else model
+
+
 def budget_overrides(args: argparse.Namespace, log_dir: Path) -> list[str]:
     """A short run of a script: its own config, a small budget, a local model and the offline math set."""
     return [
@@ -207,7 +224,9 @@ def prepare_math_data(data_root: Path | None = None) -> list[str]:
 
 def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
     script = ROOT / LEVEL_SCRIPTS[level]
-    overrides = budget_overrides(args, log_dir) + args.data_overrides
+    model = resolve_model_arg(part_model(level, args.model_spec), Path(args.replica_cache))
+    overrides = [*budget_overrides(argparse.Namespace(**{**vars(args), "model": model}), log_dir),
+                 *PART_OVERRIDES[level], *args.data_overrides]
     env = {**os.environ, "PYTHON": sys.executable}
     start = time.perf_counter()
     subprocess.run(["bash", str(script), *overrides], cwd=ROOT, env=env, check=True)
@@ -289,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         args.parts, args.model, args.steps, args.problems, args.branching, args.max_tokens = (
             ["L1"], "tiny-random-smollm2", 2, 2, 2, 8)
     device = {"gpu": None} if args.quick else require_gpu()
+    args.model_spec = args.model  # as asked: a part may train another model (part_model)
     args.model = resolve_model_arg(args.model, Path(args.replica_cache))
     load_before = load_average()
     report: dict = {"device": device}

@@ -138,3 +138,26 @@ def test_the_kv_cache_vllm_allocates_is_set_against_the_plan_with_the_real_model
     assert found["ratio"] == round(400_000 / found["plan_bound_tokens"], 4)
     engine.kv_cache_tokens = None  # a vLLM that does not say
     assert gpu_smoke.kv_cache_against_plan(engine, utilization=0.4)["ratio"] is None
+
+
+@pytest.mark.parametrize("gpu_gb", [80, 141])
+@pytest.mark.parametrize("level", ["L1", "L2", "L3"])
+def test_every_part_is_admitted_by_the_memory_plan_on_an_h100_and_an_h200(level, gpu_gb, tmp_path):
+    """The parts a lent GPU runs (the shipped scripts with gpu_smoke's budget, its full-size Qwen3-1.7B replica) fit
+    the memory plan of an 80 GB and a 141 GB card, so device minutes are never spent on a refusal."""
+    import argparse
+
+    import gpu_smoke
+    from script_support import script_command
+
+    from pettingllms.assembly.plan import plan
+    from pettingllms.config.load import compose, to_schema
+
+    # A replica has its hub model's recorded config: the plan reads it by the hub id, offline.
+    model = gpu_smoke.part_model(level, gpu_smoke.DEFAULT_MODEL).removeprefix("replica:")
+    args = argparse.Namespace(model=model, steps=2, problems=16, branching=4, max_tokens=64)
+    script = gpu_smoke.LEVEL_SCRIPTS[level].removeprefix("scripts/train/")
+    name, overrides = script_command(script, {"CUDA_VISIBLE_DEVICES": "0"}, *gpu_smoke.budget_overrides(args, tmp_path),
+                                     *gpu_smoke.PART_OVERRIDES[level], f"resources.gpu_memory_gb={gpu_gb}")
+    memory = plan(to_schema(compose(name, overrides))).memory
+    assert memory is not None and memory.fits, memory.describe() if memory is not None else "no GPU plan"
