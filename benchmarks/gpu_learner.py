@@ -269,7 +269,9 @@ KERNEL_KINDS = (  # (kind, substrings of a CUDA kernel's name), first match wins
     ("attention", ("flex", "fmha", "attention", "flash", "triton_tem_fused")),
     ("matmul", ("gemm", "cutlass", "nvjet", "sm90_xmma", "cublas", "splitk")),
     ("optimizer", ("multi_tensor", "adam", "fused_adam")),
-    ("copy and cast", ("memcpy", "memset", "copy", "cast", "convert")),
+    # dtype casts run as copy kernels (bfloat16_copy_kernel_cuda); not "cast": generic element-wise kernels are
+    # named ...gpu_kernel_impl_nocast<...> (the first H100 profile counted those here)
+    ("copy and cast", ("memcpy", "memset", "copy_kernel", "convert")),
     ("reduction", ("reduce", "softmax", "logsumexp", "norm")),
 )
 
