@@ -10,8 +10,9 @@ those ids (nothing is re-tokenised).
 - ``POST /v1/chat/completions`` and ``GET /v1/models``. Bearer token: ``<secret>.<run id>``, a fresh secret per
   gateway and one key per program run (``key_for``), so every call is attributed to its run without the program's
   help. 401 for another key, 404 for an unknown ``model`` (listing the agents), 400 naming the field for a malformed
-  request or one the gateway does not serve (``n`` > 1, ``stream``, ``tool_choice`` forcing a call, ``tools`` for a
-  model whose template defines none), 400 for a prompt over ``training.max_prompt_length``;
+  request or one the gateway does not serve (``n`` > 1, ``tool_choice`` forcing a call, ``tools`` for a model whose
+  template defines none), 400 for a prompt over ``training.max_prompt_length``; ``stream=true`` is answered as
+  server-sent events, the whole message in one delta once generated;
 - tools: a request's ``tools`` are rendered by the policy's chat template into the prompt, and the model's
   ``<tool_call>`` blocks come back as ``tool_calls`` (``rollout/tool_calls.py``); the program runs the tools and sends
   their results back as ``tool`` messages, which the template renders into the next call's prompt;
@@ -225,7 +226,32 @@ class Gateway:
         except Exception as exc:  # the engine's or ours: the program gets the reason, the log the traceback
             log.exception("the gateway failed to answer a request")
             return self._error(RequestError(500, f"the gateway failed: {type(exc).__name__}: {exc}", "server_error"))
+        if body.get("stream"):
+            return await self._stream(request, reply, body)
         return web.json_response(reply)
+
+    async def _stream(self, request, reply: dict[str, Any], body: dict[str, Any]) -> Any:
+        """A completion as server-sent events, for clients that stream: the whole message in one delta once it is
+        generated (the gateway batches whole completions; it does not stream tokens), then the finish reason, the
+        usage when ``stream_options.include_usage`` asks for it, and ``[DONE]``."""
+        from aiohttp import web
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        head = {key: reply[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        (choice,) = reply["choices"]
+        delta = {key: value for key, value in choice["message"].items() if value is not None}
+        if "tool_calls" in delta:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+        chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+                  {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}]
+        if isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": reply["usage"]})
+        for chunk in chunks:
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     def _error(self, exc: RequestError) -> Any:
         from aiohttp import web
@@ -255,10 +281,10 @@ class Gateway:
             raise RequestError(404, f"model {agent!r} is not an agent of this run; its agents: {list(self._routes)} "
                                     "(a program's agents name themselves in `model`)", "model_not_found")
         messages = _messages(body.get("messages"))
-        for field_name, allowed in (("n", (None, 1)), ("stream", (None, False))):
-            if body.get(field_name) not in allowed:
-                raise RequestError(400, f"`{field_name}`={body.get(field_name)!r} is not served: one completion per "
-                                        "request, not streamed")
+        if body.get("n") not in (None, 1):
+            raise RequestError(400, f"`n`={body.get('n')!r} is not served: one completion per request")
+        if body.get("stream") not in (None, False, True):
+            raise RequestError(400, f"`stream`={body.get('stream')!r} must be true or false")
         client = self.clients[route.policy]
         tools = _tools(body, client.codec, route.policy)
         prompt_ids = tuple(client.codec.encode_chat(messages, tools) if tools else client.codec.encode_chat(messages))

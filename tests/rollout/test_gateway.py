@@ -101,3 +101,20 @@ def test_refusals_name_what_is_wrong(gateway):
     with pytest.raises(openai.BadRequestError, match="`max_tokens`=0 must be a positive integer"):
         client.chat.completions.create(model="solver", messages=ok, max_tokens=0)
     assert server.refused[404] >= 1 and server.refused[401] >= 2 and server.refused[400] >= 5
+
+
+def test_a_streamed_request_gets_the_same_completion_as_server_sent_events(gateway):
+    """Frameworks that stream (``stream=True``) read the whole message in one delta once it is generated, then the
+    finish reason, the usage when asked, and [DONE]; the call is recorded like any."""
+    server, codec = gateway
+    before = len(server.calls("run-a"))
+    stream = _client(server).chat.completions.create(model="solver", messages=[{"role": "user", "content": "Hi"}],
+                                                     stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    (usage,) = [c.usage for c in chunks if c.usage is not None]
+    (call,) = server.calls("run-a")[before:]
+    assert text == codec.decode(call.completion.token_ids) and finishes in (["stop"], ["length"])
+    assert usage.completion_tokens == len(call.completion.token_ids) and usage.prompt_tokens == len(call.prompt_ids)
+    assert {c.model for c in chunks} == {"solver"}
