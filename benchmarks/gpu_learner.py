@@ -304,7 +304,8 @@ def profile_update(worker, batch, advantages, device, top: int = 25) -> dict[str
     total_us = sum(e.self_device_time_total for e in kernels) or 1.0
     kinds: dict[str, float] = {}
     for event in kernels:
-        kinds[kernel_kind(event.key)] = kinds.get(kernel_kind(event.key), 0.0) + event.self_device_time_total
+        kind = kernel_kind(event.key)
+        kinds[kind] = kinds.get(kind, 0.0) + event.self_device_time_total
     ranked = sorted(kernels, key=lambda e: e.self_device_time_total, reverse=True)[:top]
     return {
         "wall_s_profiled": wall_s, "kernel_s": total_us / 1e6,

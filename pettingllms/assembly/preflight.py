@@ -66,32 +66,21 @@ def _per_policy(cfg: Config, run_plan: RunPlan, find: Callable[[str], T]) -> dic
     return found
 
 
-def check_model_files(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> None:
-    """Every local model folder runs no code of its own and holds valid safetensors headers (``check_model_folder``):
-    refused naming the key."""
+def chat_codecs(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> dict[str, HFChatCodec]:
+    """A chat codec (tokenizer only, never the weights) per policy whose model directory is here, once the folder
+    is checked (``check_model_folder``: no code of its own, valid safetensors headers); a refusal names the key."""
     from pettingllms.models.load import check_model_folder
 
-    for name, directory in directories.items():
-        if directory is None:
-            continue
-        model = run_plan.policies[name].model
-        try:
-            check_model_folder(directory)
-        except PettingLLMsError as exc:
-            raise type(exc)(f"{model_key(cfg, name, model.path)}={model.path}: {exc}") from exc
-
-
-def chat_codecs(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path | None]) -> dict[str, HFChatCodec]:
-    """A chat codec (tokenizer only, never the weights) per policy whose model directory is here."""
     codecs = {}
     for name, directory in directories.items():
         if directory is None:
             continue
         model = run_plan.policies[name].model
         try:
+            check_model_folder(directory)
             codecs[name] = HFChatCodec.from_pretrained(directory, thaw(model.chat_template_kwargs))
-        except ConfigError as exc:
-            raise ConfigError(f"{model_key(cfg, name, model.path)}={model.path}: {exc}") from exc
+        except PettingLLMsError as exc:
+            raise type(exc)(f"{model_key(cfg, name, model.path)}={model.path}: {exc}") from exc
     return codecs
 
 

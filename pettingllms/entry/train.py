@@ -98,8 +98,8 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     the data and the rest. A config that cannot be planned raises, as nothing else can be checked without it."""
     from pettingllms.assembly.describe import describe_plan
     from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
-    from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, check_model_files,
-                                                describe_models, locate_models)
+    from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_models,
+                                                locate_models)
     from pettingllms.data.problems import describe_data, preview_problems
     from pettingllms.runtime.placement import check_here
 
@@ -118,9 +118,8 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     attempt(check_engines, run_plan)
     data = attempt(describe_data, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark) or []
     sources = attempt(locate_models, cfg, run_plan)
-    directories = {} if sources is None else {name: source.directory for name, source in sources.items()}
-    attempt(check_model_files, cfg, run_plan, directories)
-    codecs = None if sources is None else attempt(chat_codecs, cfg, run_plan, directories)
+    codecs = None if sources is None else attempt(
+        chat_codecs, cfg, run_plan, {name: source.directory for name, source in sources.items()})
     previews = attempt(preview_problems, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
                        PREFLIGHT_PROBLEMS, cfg.env.max_val_problems)
     if codecs is not None and previews is not None:

@@ -33,7 +33,8 @@ class PolicyBatch:
 
     input_ids, position_ids: (R, L) int64.
     attention_mask: (R, 1, L, L) bool, True where a query position may attend to a key position. Padding
-        positions attend to themselves only, so no softmax row is empty (an empty row would give NaN).
+        positions attend to themselves only, so no softmax row is empty (an empty row would give NaN). None when
+        the batch is built for FlexAttention (``dense_mask=False``), which reads ``segment_ids`` instead.
     segment_ids: (R, L) int32, the same mask as segments: 0 for the row's prompt, b + 1 for the row's b-th
         response, -1 for padding. A token attends to earlier columns of its own segment and of the prompt; padding
         to itself (``learner/masks.py`` builds FlexAttention's block mask from it).
@@ -54,7 +55,7 @@ class PolicyBatch:
 
     input_ids: torch.Tensor
     position_ids: torch.Tensor
-    attention_mask: torch.Tensor
+    attention_mask: torch.Tensor | None
     segment_ids: torch.Tensor
     sample_rows: torch.Tensor
     logit_columns: torch.Tensor
@@ -83,7 +84,8 @@ class PolicyBatch:
         return int(self.logit_columns[valid, 0].min().item())
 
     def to(self, device: torch.device) -> "PolicyBatch":
-        return PolicyBatch(**{name: getattr(self, name).to(device) for name in self.__dataclass_fields__})
+        return PolicyBatch(**{name: None if getattr(self, name) is None else getattr(self, name).to(device)
+                              for name in self.__dataclass_fields__})
 
 
 def learner_temperature(sample: Sample) -> float:
@@ -127,10 +129,13 @@ def build_batch(
     advantages: Sequence[float] | None = None,
     pad_token_id: int = 0,
     units: Sequence[Sequence[int]] | None = None,
+    dense_mask: bool = True,
 ) -> PolicyBatch:
     """Pack ``samples`` into a ``PolicyBatch``, one row per unit of ``units`` (default: ``pack_by_prompt``).
 
     ``advantages``: one scalar per sample (zeros when None). Samples of one unit must share their prompt ids.
+    ``dense_mask``: build the (R, 1, L, L) mask; without it (FlexAttention) only ``segment_ids`` describe the rows,
+    which saves an L x L tensor per row (64 MB at 8,192 tokens) and its construction on the host.
     """
     if not samples:
         raise ValueError("build_batch needs at least one sample")
@@ -156,7 +161,7 @@ def build_batch(
     position_ids = torch.zeros((num_rows, seq_len), dtype=torch.long)
     segment_ids = torch.full((num_rows, seq_len), -1, dtype=torch.int32)
     # Start from "padding attends to itself"; real tokens overwrite their own rows below.
-    attention_mask = torch.eye(seq_len, dtype=torch.bool).repeat(num_rows, 1, 1, 1)
+    attention_mask = torch.eye(seq_len, dtype=torch.bool).repeat(num_rows, 1, 1, 1) if dense_mask else None
     sample_rows = torch.zeros(num_samples, dtype=torch.long)
     logit_columns = torch.zeros((num_samples, resp_len), dtype=torch.long)
     response_ids = torch.zeros((num_samples, resp_len), dtype=torch.long)
@@ -165,14 +170,15 @@ def build_batch(
     rollout_log_probs = torch.zeros((num_samples, resp_len), dtype=torch.float32)
     rollout_mask = torch.zeros((num_samples, resp_len), dtype=torch.float32)
     row_temperatures = torch.tensor([learner_temperature(samples[unit[0]]) for unit in units], dtype=torch.float32)
-    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril()
+    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril() if dense_mask else None
 
     for row, unit in enumerate(units):
         prompt = samples[unit[0]].prompt_ids
         plen = len(prompt)
         input_ids[row, :plen] = torch.tensor(prompt, dtype=torch.long)
         position_ids[row, :plen] = torch.arange(plen)
-        attention_mask[row, 0, :plen, :plen] = causal[:plen, :plen]
+        if attention_mask is not None:
+            attention_mask[row, 0, :plen, :plen] = causal[:plen, :plen]
         segment_ids[row, :plen] = 0
         start = plen
         for segment, index in enumerate(unit, start=1):
@@ -184,8 +190,9 @@ def build_batch(
             if rlen:
                 input_ids[row, start:end] = torch.tensor(response, dtype=torch.long)
                 position_ids[row, start:end] = torch.arange(plen, plen + rlen)
-                attention_mask[row, 0, start:end, :plen] = True  # the shared prompt
-                attention_mask[row, 0, start:end, start:end] = causal[:rlen, :rlen]  # its own earlier tokens
+                if attention_mask is not None:
+                    attention_mask[row, 0, start:end, :plen] = True  # the shared prompt
+                    attention_mask[row, 0, start:end, start:end] = causal[:rlen, :rlen]  # its own earlier tokens
                 segment_ids[row, start:end] = segment
                 # Token j is predicted at the column before it: the last prompt column for j = 0.
                 logit_columns[index, 0] = plen - 1

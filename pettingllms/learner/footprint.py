@@ -178,12 +178,17 @@ def mlp_gradient_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
     return (2 if down_saved else 3) * setup.compute_bytes * shape.intermediate * setup.tokens
 
 
+def dense_mask_bytes(setup: LearnerSetup) -> float:
+    """The batch's bool rows x L x L mask (``learner/batching.py``); FlexAttention's batches carry none."""
+    return 0.0 if setup.flex_attention else float(setup.mask_elements)
+
+
 def mask_bytes(shape: ModelShape, setup: LearnerSetup) -> float:
-    """The learner's bool rows x L x L mask, plus the additive copy in the compute dtype that SDPA makes from it and
-    saves in every layer (one layer at a time under gradient checkpointing). FlexAttention reads a block mask (a few
-    int32 per 128 x 128 block) and makes no additive copy: the bool mask, still built with the batch, remains."""
+    """The dense bool mask plus the additive copy in the compute dtype that SDPA makes from it and saves in every
+    layer (one layer at a time under gradient checkpointing). FlexAttention's block mask instead: four int32 tensors
+    of counts and indices per 128 x 128 block (``mask_elements / 1024`` bytes; 64 KB for a row of 8,192 tokens)."""
     if setup.flex_attention:
-        return setup.mask_elements
+        return setup.mask_elements / 1024
     layers = 1 if setup.gradient_checkpointing else shape.layers
     return setup.mask_elements * (1 + setup.compute_bytes * layers)
 
@@ -256,9 +261,9 @@ def update_moments(shape: ModelShape, setup: LearnerSetup) -> tuple[Term, ...]:
     logits = logits_bytes(shape, setup)
     temps = mlp_gradient_bytes(shape, setup)
     if setup.gradient_checkpointing:
-        kept = checkpoint_bytes(shape, setup) + setup.mask_elements  # layer inputs and the bool mask
+        kept = checkpoint_bytes(shape, setup) + dense_mask_bytes(setup)  # layer inputs and the bool mask
         logits_moment = copy + kept + head + logits
-        layer_moment = copy + kept + layer + masks - setup.mask_elements + temps
+        layer_moment = copy + kept + layer + masks - dense_mask_bytes(setup) + temps
     else:
         logits_moment = copy + shape.layers * layer + head + masks + logits
         layer_moment = copy + shape.layers * layer + masks + temps
@@ -325,7 +330,7 @@ def learner_memory(shape: ModelShape, setup: LearnerSetup) -> LearnerMemory:
         Term(f"{name[setup.compute_bytes]} compute copy", copy, copy_note),
         Term("activations", acts, acts_note + " + the final norm and head"),
         Term("attention masks", mask_bytes(shape, setup),
-             f"{setup.mask_elements:,} mask entries x 1 B bool (FlexAttention: block masks, no additive copy)"
+             "FlexAttention: a block mask of 128 x 128 blocks (no dense mask, no additive copy)"
              if setup.flex_attention else
              f"{setup.mask_elements:,} mask entries x (1 B bool + {setup.compute_bytes} B additive copy in "
              f"{1 if setup.gradient_checkpointing else shape.layers} layer(s))"),

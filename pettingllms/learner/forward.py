@@ -126,7 +126,8 @@ class ForwardPass:
     def batch(self, samples: Sequence[Sample], advantages: Sequence[float] | None = None,
               units: Sequence[Sequence[int]] | None = None) -> PolicyBatch:
         """``samples`` packed into one micro-batch on the model's device."""
-        return build_batch(samples, advantages, pad_token_id=self.pad_token_id, units=units).to(self.device)
+        return build_batch(samples, advantages, pad_token_id=self.pad_token_id, units=units,
+                           dense_mask=not self.flex).to(self.device)
 
     def _autocast(self) -> Any:
         if self.config.dtype == "bfloat16":

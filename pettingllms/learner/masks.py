@@ -85,15 +85,15 @@ class AttentionLayout:
             return {FULL: attention_mask, SLIDING: windowed}
         return windowed
 
-
     def block_masks(self, segment_ids: torch.Tensor, position_ids: torch.Tensor):
         """``masks`` as FlexAttention block masks: segment_ids, position_ids (R, L) (``PolicyBatch``). Returns a
         BlockMask, or ``{layer type: BlockMask}`` as ``masks`` does."""
-        full = tree_block_mask(segment_ids, position_ids, None)
         if self.window is None:
-            return full
+            return tree_block_mask(segment_ids, position_ids, None)
         windowed = tree_block_mask(segment_ids, position_ids, self.window)
-        return {FULL: full, SLIDING: windowed} if self.per_layer_type else windowed
+        if self.per_layer_type:
+            return {FULL: tree_block_mask(segment_ids, position_ids, None), SLIDING: windowed}
+        return windowed
 
 
 def tree_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor, window: int | None):

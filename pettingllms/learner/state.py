@@ -21,7 +21,6 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from pettingllms.learner.safe_dcp import CheckedWriter
 from pettingllms.learner.weights import trained_parameter_names
 
 FORMAT = 2
@@ -151,7 +150,8 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
 
         with _requiring_grad(_optimizer_params(view)):
             state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
-    # Several writer threads per rank, none of whose failures can be lost (safe_dcp.CheckedWriter).
+    from pettingllms.learner.safe_dcp import CheckedWriter  # several writer threads, none of whose failures is lost
+
     dcp.save(state, storage_writer=CheckedWriter(directory), checkpoint_id=str(directory))
     return learner_meta(view, with_state)
 

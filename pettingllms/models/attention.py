@@ -21,6 +21,8 @@ become dynamic after the first new length). FlexAttention has no backward on CPU
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -158,18 +160,19 @@ def is_block_mask(mask: object) -> bool:
     return isinstance(mask, BlockMask)
 
 
-_COMPILED_FLEX: dict[str, object] = {}
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)
 
 
 def _flex_for(device_type: str):
-    """``flex_attention``, compiled on CUDA (eager FlexAttention materialises every score: for reference only)."""
+    """``flex_attention``, compiled once per process on CUDA (eager FlexAttention materialises every score: CPU
+    forwards only, for reference)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device_type != "cuda":
-        return flex_attention
-    if "cuda" not in _COMPILED_FLEX:
-        _COMPILED_FLEX["cuda"] = torch.compile(flex_attention)
-    return _COMPILED_FLEX["cuda"]
+    return _compiled_flex() if device_type == "cuda" else flex_attention
 
 
 def flex_attention_call(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask, *,
@@ -181,13 +184,7 @@ def flex_attention_call(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         raise NotImplementedError(f"{ATTENTION_NAME} does not implement attention sinks (s_aux, gpt-oss)")
     if dropout:
         raise NotImplementedError(f"{ATTENTION_NAME}: FlexAttention takes no attention dropout (got {dropout})")
-    score_mod = None
-    if softcap is not None:
-        cap = float(softcap)
-
-        def score_mod(score, b, h, q, kv):
-            return torch.tanh(score / cap) * cap
-
+    score_mod = _softcap_mod(float(softcap)) if softcap is not None else None
     # Autocast leaves q/k/v in the projections' dtype; FlexAttention wants one dtype for all three.
     dtype = query.dtype
     output = _flex_for(query.device.type)(
@@ -195,3 +192,12 @@ def flex_attention_call(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         enable_gqa=key.shape[1] != query.shape[1],
     )
     return output.transpose(1, 2).contiguous()
+
+
+def _softcap_mod(cap: float):
+    """FlexAttention's ``score_mod`` for attention-logit soft-capping: ``tanh(score / cap) * cap``."""
+
+    def score_mod(score, b, h, q, kv):
+        return torch.tanh(score / cap) * cap
+
+    return score_mod

@@ -234,7 +234,6 @@ def test_gpu_probe_quick(tmp_path):
         check_common_fields(reports[part], f"gpu_probe_{part}", script="gpu_probe")
     attention = reports["attention"]["samples"]
     assert attention["block_mask_equals_learner_mask"] is True
-    assert attention["blocks_skipped_percent"] <= 100  # meaningless on rows shorter than a 128-token block
     assert attention["differences"]["out"]["max_abs"] < 1e-4
     ipc = reports["ipc"]["samples"]
     assert ipc["shm"]["checksums_worst_relative"] == 0.0 and ipc["tensors"] > 10

@@ -13,11 +13,9 @@ pytest.importorskip("textarena", reason="the games extra")
 
 from pettingllms.core import ConfigError, Problem  # noqa: E402
 from pettingllms.core.checker import check_env  # noqa: E402
-from pettingllms.core.types import SamplingParams  # noqa: E402
 from pettingllms.envs.textarena_game.env import TextArenaEnv  # noqa: E402
-from pettingllms.rollout.gateway import Gateway, Route  # noqa: E402
-from pettingllms.rollout.policy_client import LocalPolicyClient  # noqa: E402
 from pettingllms.rollout.scripted import ScriptedEngine  # noqa: E402
+from served_opponent import serving_rival  # noqa: E402
 
 KEY_ENV = "PETTINGLLMS_TEST_TEXTARENA_OPPONENT_KEY"
 
@@ -30,13 +28,8 @@ def highest_free_cell(prompt: str, k: int, request) -> str:
 
 @pytest.fixture
 def served(monkeypatch):
-    engine = ScriptedEngine(highest_free_cell)
-    gateway = Gateway({"rival": LocalPolicyClient(engine, engine.codec)}, max_prompt_length=100_000,
-                      max_response_length=64).start()
-    gateway.open({"rival": Route("rival", None, SamplingParams(temperature=0.0, max_tokens=32))}, runs=["game"])
-    monkeypatch.setenv(KEY_ENV, gateway.key_for("game"))
-    yield gateway
-    gateway.close()
+    with serving_rival(highest_free_cell, monkeypatch, KEY_ENV) as gateway:
+        yield gateway
 
 
 def env_against(url: str) -> TextArenaEnv:

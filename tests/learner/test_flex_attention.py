@@ -29,7 +29,9 @@ def test_the_block_mask_is_the_dense_mask(make_sample, window):
     batch = build_batch(tree_samples(make_sample))  # tree rows of 4 branches, unshared rows, padding
     assert batch.num_rows == 4 and bool((batch.segment_ids == -1).any())
     expected = AttentionLayout(window=window).masks(batch.attention_mask, batch.position_ids)
-    assert torch.equal(_dense_from_mask_mod(batch, window), expected)
+    flex_batch = build_batch(tree_samples(make_sample), dense_mask=False)  # what the learner builds for flex
+    assert flex_batch.attention_mask is None and torch.equal(flex_batch.segment_ids, batch.segment_ids)
+    assert torch.equal(_dense_from_mask_mod(flex_batch, window), expected)
 
 
 def test_per_layer_type_windows_give_one_block_mask_per_type(make_sample):
@@ -71,6 +73,7 @@ def test_auto_is_sdpa_on_cpu_and_flex_refuses_to_train_here(make_model, make_sam
     auto = PolicyLearner(make_model(0), learner_config(total_steps=1, attention="auto"))
     assert auto.forward_pass.flex is False
     flex = PolicyLearner(make_model(0), learner_config(total_steps=1, attention="flex"))
+    assert flex.forward_pass.batch(samples).attention_mask is None  # no L x L mask is built for FlexAttention
     with pytest.raises(ConfigError, match="no backward on CPU.*optim.attention=auto"):
         flex.accumulate_gradients(samples, [1.0] * len(samples))
 

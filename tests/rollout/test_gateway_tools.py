@@ -130,9 +130,10 @@ def test_parsing():
     assert tool_call_format("{{ messages }}") is None and tool_call_format(None) is None
 
 
-def test_an_openai_agents_sdk_agent_uses_a_function_tool_through_the_gateway(served):
-    """An unmodified Agents SDK program: its agent calls a ``function_tool``, the SDK runs it, the model reads the
-    result and answers; both calls are recorded for training."""
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_openai_agents_sdk_agent_uses_a_function_tool_through_the_gateway(served, streamed):
+    """An unmodified Agents SDK program, with ``Runner.run`` or the streaming ``Runner.run_streamed``: its agent calls
+    a ``function_tool``, the SDK runs it, the model reads the result and answers; both calls are recorded."""
     pytest.importorskip("agents")
     import asyncio
 
@@ -153,8 +154,14 @@ def test_an_openai_agents_sdk_agent_uses_a_function_tool_through_the_gateway(ser
         client = AsyncOpenAI(base_url=server.base_url, api_key=server.key_for("run"), max_retries=0)
         agent = Agent(name="solver", tools=[open_vault],
                       model=OpenAIChatCompletionsModel(model="solver", openai_client=client))
+        offline = RunConfig(tracing_disabled=True)
         try:
-            result = await Runner.run(agent, "Open the vault.", run_config=RunConfig(tracing_disabled=True))
+            if streamed:
+                result = Runner.run_streamed(agent, "Open the vault.", run_config=offline)
+                async for _ in result.stream_events():
+                    pass
+            else:
+                result = await Runner.run(agent, "Open the vault.", run_config=offline)
         finally:
             await client.close()
         return str(result.final_output)
@@ -175,34 +182,3 @@ def test_a_streamed_tool_call(served):
     assert [(call.index, call.function.name, json.loads(call.function.arguments)) for call in calls] == \
         [(0, "open_vault", {"code": 42})]
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
-
-
-def test_the_agents_sdk_streamed_runner_works_through_the_gateway(served):
-    """``Runner.run_streamed`` (the SDK's streaming loop, tool call included) over the gateway's event stream."""
-    pytest.importorskip("agents")
-    import asyncio
-
-    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool, set_tracing_disabled
-    from openai import AsyncOpenAI
-
-    server, _ = served
-
-    @function_tool
-    def open_vault(code: int) -> str:
-        """Try a code on the vault."""
-        return "opened"
-
-    async def program() -> str:
-        set_tracing_disabled(True)
-        client = AsyncOpenAI(base_url=server.base_url, api_key=server.key_for("run"), max_retries=0)
-        agent = Agent(name="solver", tools=[open_vault],
-                      model=OpenAIChatCompletionsModel(model="solver", openai_client=client))
-        try:
-            result = Runner.run_streamed(agent, "Open the vault.", run_config=RunConfig(tracing_disabled=True))
-            async for _ in result.stream_events():
-                pass
-        finally:
-            await client.close()
-        return str(result.final_output)
-
-    assert asyncio.run(program()) == "The vault is open."

@@ -59,10 +59,10 @@ def test_the_memory_plan_example_is_what_the_plan_prints(monkeypatch):
         plan(load_config("math", [*common, "resources.gpu_memory_gb=8"]))
     fixes = dict(re.findall(r"^  (\S+?)[ :].*?peak ([\d.]+) GB", str(refused.value), re.M))
     prose = " ".join(text.split())
-    for key, quoted, peak in (("optim.gradient_checkpointing=true", "`optim.gradient_checkpointing=true` (", "36.29"),
-                              ("optim.logprob_chunk_tokens=1024", "`optim.logprob_chunk_tokens=1024` (", "39.66"),
-                              ("optim.micro_batch_max_tokens=6144", "`optim.micro_batch_max_tokens=6144` (", "49.32"),
-                              ("specialization=L2", "`specialization=L2` (LoRA, ", "52.64"),
-                              ("base_models.policy_0.fsdp.cpu_offload=true", "`fsdp.cpu_offload=true` (", "59.28"),
-                              ("GPU_num=64", "`GPU_num=64` (", "59.75")):
+    for key, quoted, peak in (("optim.gradient_checkpointing=true", "`optim.gradient_checkpointing=true` (", "36.21"),
+                              ("optim.logprob_chunk_tokens=1024", "`optim.logprob_chunk_tokens=1024` (", "39.59"),
+                              ("optim.micro_batch_max_tokens=6144", "`optim.micro_batch_max_tokens=6144` (", "49.28"),
+                              ("specialization=L2", "`specialization=L2` (LoRA, ", "52.57"),
+                              ("base_models.policy_0.fsdp.cpu_offload=true", "`fsdp.cpu_offload=true` (", "59.21"),
+                              ("GPU_num=64", "`GPU_num=64` (", "59.67")):
         assert fixes[key] == peak and f"{quoted}{peak} GB" in prose

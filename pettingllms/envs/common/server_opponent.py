@@ -34,7 +34,7 @@ class ServerOpponent:
         self.env_name = env_name
         self._warned = False
 
-    def ask(self, messages: Sequence[Mapping[str, str]], max_tokens: int = 32) -> tuple[str | None, str | None]:
+    def ask(self, messages: Sequence[Mapping[str, str]], max_tokens: int = 32) -> tuple[str, None] | tuple[None, str]:
         """(the served model's answer, None), or (None, why there is none)."""
         try:
             return chat_once(self.url, self.model, messages, api_key=os.environ.get(self.key_env),

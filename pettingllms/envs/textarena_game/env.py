@@ -140,7 +140,7 @@ class TextArenaEnv(Env):
             answer, cause = self.server.ask([{"role": "user", "content": state.prompt}], self.opponent_max_tokens)
             fallbacks = state.opponent_fallbacks
             if answer is None:
-                self.server.fell_back(cause or "no answer", "an empty move (invalid by the game's rules) is sent")
+                self.server.fell_back(cause, "an empty move (invalid by the game's rules) is sent")
                 answer, fallbacks = "", fallbacks + 1
             state = self._play(state.seed, state.moves + (answer,), state.seat, fallbacks)
         return state
