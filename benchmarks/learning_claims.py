@@ -9,6 +9,9 @@
     python benchmarks/learning_claims.py --env cpu_sudoku --quick   # a built-in game, through its cpu_<env> preset
     python benchmarks/learning_claims.py --protocol early --record benchmarks/results/learning_claims_early_vault_runs.jsonl
                                                            # pre-registration 4: AT-GRPO vs trajectory at 1,000 tokens
+    python benchmarks/learning_claims.py --protocol paired_outcome --env cpu_tictactoe \
+        --record benchmarks/results/learning_claims_paired_outcome_cpu_tictactoe_runs.jsonl
+                                                           # pre-registration 5: outcome credit on tic-tac-toe
 
 Every finished run is appended to ``<log-dir>/runs.jsonl`` at once, with the protocol it ran under; a later
 invocation reads it and runs only the (method, seed) pairs missing there under the same protocol, env and
@@ -168,6 +171,38 @@ it must change, the first result is kept and both are reported):
   success in 20 steps (~11,000 generated tokens), with training success at 1.0 after ~2,300 tokens; the budget above
   is set small enough that the methods are still learning within it.
 
+PRE-REGISTRATION 5: A GAME WHOSE REWARD COMES ONLY AT THE END, TIC-TAC-TOE (``--protocol paired_outcome --env
+cpu_tictactoe``; ``OUTCOME_PAIRED``. Written and committed in its own commit on 2026-11-27, after ``cpu_tictactoe`` was
+shown to learn (docs/self_play.md) and before any run of this comparison; the same rules of change as
+pre-registration 2.)
+
+- Question: on a game whose only reward is its outcome, at equal generated training tokens, does AT-GRPO with outcome
+  credit (tree groups per (problem, turn, agent), each candidate valued by one playout to the end with the current
+  policy) reach a higher held-out win rate than trajectory GRPO (K independent games per problem, every move scored
+  with its game's outcome)?
+- Task and model: ``+experiment=cpu_tictactoe`` as shipped: OpenSpiel tic-tac-toe against the uniform random
+  opponent, the trained ``player`` holding seat (problem seed mod 2), so each group holds games of one seat (the
+  per-seat baseline); the packaged SmolLM2-135M in float32, one LoRA adapter (rank 32), L0, lr 3e-4 (one warmup
+  step, then constant, as ``RUN``), temperature 0.7 in training, greedy held-out evaluation, one worked example.
+- Methods: ``at_grpo`` (``rollout.mode=tree``, K=4 at each of the player's turns, ``rollout.playouts=1``) and
+  ``trajectory`` (``rollout.mode=trajectory``, K=4 games per problem, one group per (problem, agent)). One agent, so
+  no single-agent baseline. Playout moves are generated but not trained on, so they are not counted in the budget;
+  each run's wall time is reported, so that cost is visible.
+- Budget: 3,000 generated training tokens per run (steps of 4 problems; the step that crosses it is completed). The
+  preset's run generated about 480 training tokens per step, so about 6-7 steps: the phase in which its held-out win
+  rate rose and invalid answers fell from 47% to 3% (steps 1-5).
+- Held-out evaluation (greedy, the test seed space, seats alternating): before training on the first 32 test games,
+  and after the last step on the first 64. No intermediate point.
+- Seeds: 0 to 7, 8 per method, paired as in pre-registration 2 (seed s of both methods shares data order and
+  initialisation).
+- Metric, test and decision rule: primary, the final held-out win rate on 64 games (``val/procedural/success_rate``,
+  a win of ``player``); the 95% paired percentile bootstrap interval of the mean per-seed difference AT-GRPO minus
+  trajectory; better when the interval lies above or below 0, otherwise not separated; with fewer than 8 paired
+  seeds, no decision. One comparison, so no correction. Reported whichever way it falls, with the per-seed values,
+  draws and forfeits where the records hold them, and each method's wall time.
+- Cost, estimated from the preset's run: about 10 min of training and 3 min of evaluation per AT-GRPO run, about
+  6 min and 3 min per trajectory run; 16 runs in about 3 h. It resumes at run granularity, so it may span sessions.
+
 Result of pre-registration 1 (docs/results.md, "paper claim at CPU scale"; ``benchmarks/results/learning_claims.json``):
 AT-GRPO 0.58 +- 0.31 on the primary metric, trajectory GRPO 0.33 +- 0.24, single agent 0.23 +- 0.16; AT-GRPO beat
 single-agent GRPO by its rule and was not separated from trajectory GRPO: the spread across 3 seeds was as large as
@@ -307,12 +342,18 @@ GAME_PAIRED = Protocol(budget=1500, eval_at=(500, 1000), start_problems=32, mid_
 # pre-registration 4 (the docstring): the early lead on vault, AT-GRPO vs trajectory at 1,000 tokens, fresh seeds
 EARLY = Protocol(budget=1000, eval_at=(), start_problems=32, mid_problems=32, end_problems=64,
                  seeds=tuple(range(16, 32)), rule="paired_bootstrap", overrides=("optim.micro_batch_max_tokens=1024",))
-PROTOCOLS = {"paired": PAIRED, "first": FIRST, "paired_game": GAME_PAIRED, "early": EARLY}
+# pre-registration 5 (the docstring): tic-tac-toe, outcome credit in tree mode vs trajectory GRPO, final win rate
+OUTCOME_PAIRED = Protocol(budget=3000, eval_at=(), start_problems=32, mid_problems=32, end_problems=64,
+                          seeds=tuple(range(8)), rule="paired_bootstrap")
+PROTOCOLS = {"paired": PAIRED, "first": FIRST, "paired_game": GAME_PAIRED, "early": EARLY,
+             "paired_outcome": OUTCOME_PAIRED}
 # the methods a protocol compares, where not all three (kept out of Protocol: a finished run's record holds its
 # protocol's fields, and a new field would keep every earlier record from being resumed)
-PROTOCOL_METHODS = {"paired_game": ("at_grpo", "trajectory"), "early": ("at_grpo", "trajectory")}
+PROTOCOL_METHODS = {"paired_game": ("at_grpo", "trajectory"), "early": ("at_grpo", "trajectory"),
+                    "paired_outcome": ("at_grpo", "trajectory")}
 # the comparisons that are pre-registered (protocol, env); any other full run is refused
-REGISTERED = {("paired", "vault"), ("first", "vault"), ("paired_game", "cpu_plan_path"), ("early", "vault")}
+REGISTERED = {("paired", "vault"), ("first", "vault"), ("paired_game", "cpu_plan_path"), ("early", "vault"),
+              ("paired_outcome", "cpu_tictactoe")}
 
 
 def run(method: str, seed: int, protocol: Protocol, env: str, log_dir: Path) -> dict:
@@ -520,7 +561,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="one seed, a tiny budget: checks the pipeline only")
     parser.add_argument("--protocol", choices=list(PROTOCOLS), default="paired",
                         help="paired: pre-registration 2 (default); first: pre-registration 1, as it ran; "
-                             "paired_game: pre-registration 3 (--env cpu_plan_path); early: pre-registration 4")
+                             "paired_game: pre-registration 3 (--env cpu_plan_path); early: pre-registration 4; "
+                             "paired_outcome: pre-registration 5 (--env cpu_tictactoe)")
     parser.add_argument("--env", default="vault", help="vault, or a cpu_<env> preset of pettingllms/configs/experiment")
     parser.add_argument("--methods", nargs="+", choices=list(VAULT.methods()),
                         help="default: the protocol's (all three, or PROTOCOL_METHODS)")
