@@ -10,8 +10,9 @@ What it does, in order:
      subreaper, so every orphan of the program tree -- including ``setsid()`` double forks -- is re-parented
      to it instead of escaping to init;
   2. optionally (fallback layer, when it has the privilege) moves into new network and IPC namespaces and a new
-     mount namespace in which the shared writable dirs (/tmp, /var/tmp, /dev/shm, ...) are private tmpfs, so
-     the program can neither reach the host's unix sockets there nor leave files or IPC objects behind;
+     mount namespace in which the shared writable dirs (/tmp, /var/tmp, /dev/shm, ...) and the work dir are
+     private tmpfs of ``disk_bytes`` each, so the program can neither reach the host's unix sockets there, nor
+     leave files or IPC objects behind, nor write more than that to any of them;
   3. forks the program: the child drops privileges, installs a seccomp filter that denies the kernel-state
      channels rlimits and namespaces do not close (keyrings: add_key, request_key, keyctl, whose keys outlive a run
      and carry data to the next run of the same uid; memfd_create and memfd_secret, whose memory escapes
@@ -99,12 +100,12 @@ def _makedirs_traversable(path):
 
 
 def _isolate_ipc_and_mounts(cfg):
-    """(ipc_isolated, private_dirs). A namespace the kernel refuses is reported, not fatal (the runner sweeps
+    """(ipc_isolated, private_dirs, work_private). A namespace the kernel refuses is reported, not fatal (the runner sweeps
     instead); a mount that fails inside a new mount namespace is fatal (the run would be less private than
     reported)."""
     ipc_isolated = _libc.unshare(ctypes.c_int(CLONE_NEWIPC)) == 0
     if _libc.unshare(ctypes.c_int(CLONE_NEWNS)) != 0:
-        return ipc_isolated, ()
+        return ipc_isolated, (), False
     # A copied mount stays in its peer group: without this our tmpfs mounts would appear on the host.
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     work = cfg["cwd"]
@@ -129,13 +130,35 @@ def _isolate_ipc_and_mounts(cfg):
         except FileNotFoundError:
             seen = None
         if seen is None or (seen.st_dev, seen.st_ino) != (held.st_dev, held.st_ino):
-            # The work dir lay under a dir that is now private: bind it back at the same path.
+            # The work dir lay under a dir that is now private: make its path again there.
             _makedirs_traversable(os.path.dirname(work))
             os.mkdir(work, 0o700)
-            _mount("/proc/self/fd/%d" % work_fd, work, None, MS_BIND, None)
-        return ipc_isolated, tuple(private)
+        # The work dir becomes a tmpfs of disk_bytes too (as in the strong layer), holding a copy of the runner's
+        # files with their owners and modes: on the host's disk a program could fill it file after file, each
+        # under RLIMIT_FSIZE. The runner reads nothing back from the work dir, so the copy goes with the run.
+        _mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV,
+               "mode=%o,uid=%d,gid=%d,size=%d" % (held.st_mode & 0o7777, held.st_uid, held.st_gid, cfg["disk_bytes"]))
+        _copy_tree_as_owned("/proc/self/fd/%d" % work_fd, work)
+        return ipc_isolated, tuple(private), True
     finally:
         os.close(work_fd)
+
+
+def _copy_tree_as_owned(src, dst):
+    """The runner's files, with their owners and modes (root copies them before the program's uid exists)."""
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        st = os.lstat(s)
+        if os.path.isdir(s) and not os.path.islink(s):
+            os.mkdir(d, 0o700)
+            _copy_tree_as_owned(s, d)
+        elif os.path.islink(s):
+            os.symlink(os.readlink(s), d)
+        else:
+            _copy_file(s, d)
+        os.chown(d, st.st_uid, st.st_gid, follow_symlinks=False)
+        if not os.path.islink(d):
+            os.chmod(d, st.st_mode & 0o7777)
 
 
 # ---------------------------------------------------------------- child side (becomes the program)
@@ -230,12 +253,16 @@ def _copy_tree(src, dst):
             os.mkdir(d, 0o755)
             _copy_tree(s, d)
         else:
-            with open(s, "rb") as fin, open(d, "wb") as fout:
-                while True:
-                    chunk = fin.read(1 << 20)
-                    if not chunk:
-                        break
-                    fout.write(chunk)
+            _copy_file(s, d)
+
+
+def _copy_file(s, d):
+    with open(s, "rb") as fin, open(d, "wb") as fout:
+        while True:
+            chunk = fin.read(1 << 20)
+            if not chunk:
+                break
+            fout.write(chunk)
 
 
 def _close_inherited_fds(keep):
@@ -400,7 +427,8 @@ class Launcher:
         _prctl(PR_SET_DUMPABLE, 0)
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         net_isolated = _try_unshare_net() if cfg.get("unshare_net") else None
-        ipc_isolated, private_dirs = _isolate_ipc_and_mounts(cfg) if cfg.get("isolate") else (None, ())
+        ipc_isolated, private_dirs, work_private = (_isolate_ipc_and_mounts(cfg) if cfg.get("isolate")
+                                                    else (None, (), False))
 
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
@@ -423,7 +451,8 @@ class Launcher:
             _write_report(self.report_fd, {"event": "setup-error", "message": setup_error.decode(errors="replace")})
             return
         _write_report(self.report_fd, {"event": "started", "net_isolated": net_isolated,
-                                       "ipc_isolated": ipc_isolated, "private_dirs": private_dirs})
+                                       "ipc_isolated": ipc_isolated, "private_dirs": private_dirs,
+                                       "work_private": work_private})
 
         poller = select.poll()
         poller.register(wake_r, select.POLLIN)

@@ -16,8 +16,9 @@ class Limits:
     """Limits of one run. Defaults suit competitive-programming code (stdin/stdout, stdlib only).
 
     ``max_processes`` counts threads too (RLIMIT_NPROC counts tasks) and includes the program itself.
-    ``max_disk_bytes`` caps each private tmpfs (work dir and /tmp) of the strong layer; the fallback layer
-    only has ``max_file_size_bytes`` per file (see docs/sandbox.md).
+    ``max_disk_bytes`` caps each private tmpfs (work dir and /tmp; the fallback as root also /var/tmp, /dev/shm,
+    /run/lock); where the fallback gets no mount namespace, only ``max_file_size_bytes`` per file holds
+    (``RunResult.disk_bounded`` says which; docs/sandbox.md).
     """
 
     wall_timeout_s: float = 10.0

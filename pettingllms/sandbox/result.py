@@ -22,7 +22,9 @@ class RunResult:
     did not exit by itself (killed by a signal or by the sandbox); ``signal`` names the signal then.
     ``network_isolated``: the program had an empty network namespace. ``shared_dirs_private``: its /tmp,
     /var/tmp, /dev/shm (and SysV/POSIX IPC) were its own and went with it -- no host unix socket or other run's
-    file there was reachable, and nothing it left there outlived it.
+    file there was reachable, and nothing it left there outlived it. ``disk_bounded``: everything it could write
+    (its work dir and those shared dirs) lay on tmpfs of ``max_disk_bytes`` each, so its writes were bounded in
+    total, not only per file.
     """
 
     verdict: str
@@ -35,6 +37,7 @@ class RunResult:
     layer: str
     network_isolated: bool
     shared_dirs_private: bool = False
+    disk_bounded: bool = False
     signal: int | None = None
     cpu_time_s: float | None = None
     max_rss_kib: int | None = None

@@ -243,6 +243,7 @@ class WatchedRun:
             network_isolated=True if self.plan.name == STRONG else bool(net),
             shared_dirs_private=self.plan.name == STRONG or (
                 bool(started.get("ipc_isolated")) and "/tmp" in (started.get("private_dirs") or ())),
+            disk_bounded=self.plan.name == STRONG or bool(started.get("work_private")),
             signal=exit_event.get("signal"),
             cpu_time_s=exit_event.get("cpu_s"),
             max_rss_kib=exit_event.get("maxrss_kb"),

@@ -35,8 +35,9 @@ _fallback_warned = threading.Event()
 FALLBACK_WARNING = (
     "sandbox: model-written programs run on the fallback layer (bubblewrap does not work here; see the warning "
     "of logger pettingllms.sandbox for why). Open there and closed by the strong layer: a program can read every "
-    "world-readable file of this machine, fill the disk through its work dir, and, where the kernel refuses the "
-    "fallback's namespaces, reach host unix sockets and leave POSIX message queues behind. See docs/sandbox.md, "
+    "world-readable file of this machine and see every process; where the kernel refuses the fallback's "
+    "namespaces, also fill the disk through its work dir, reach host unix sockets and leave POSIX message queues "
+    "behind. See docs/sandbox.md, "
     "'What is covered'; install bubblewrap (scripts/install_system_deps.sh) to close them."
 )
 
