@@ -33,6 +33,8 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
             f"rollout:  {ex.mode}, K={ex.branching}, select {ex.select}, reward = {ex.alpha:g} x team + local",
         ]
     lines += describe_agents(run_plan)
+    if run_plan.pool is not None and run_plan.pool.enabled:  # who plays whom, with which weights
+        lines.append(f"opponents: {run_plan.pool.describe()}")
     for worker in run_plan.worker_specs:
         policy = run_plan.policies[worker.policy]
         lines.append(f"policy:   {worker.describe()}; agents {', '.join(policy.agents)}")

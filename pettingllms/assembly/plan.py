@@ -14,6 +14,7 @@ from pettingllms.config.frozen import thaw
 from pettingllms.config.graph import acting_graph
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_utilizations
+from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, slot_adapters
 from pettingllms.config.schema import Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
@@ -43,6 +44,7 @@ class RunPlan:
     advantage_config: AdvantageConfig
     worker_specs: list[WorkerSpec]
     memory: MemoryPlan | None = None  # the GPU memory plan (assembly/memory.py); None when no policy uses GPUs
+    pool: OpponentPool | None = None  # training: the opponent pool (self_play.*; size 0 when off); None in evaluation
 
     def resolved(self, directories: Mapping[str, str | Path] | None = None) -> "RunPlan":
         """The plan with every worker spec's model directory stored, resolved once per policy per run: the step
@@ -107,6 +109,12 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
                         _adapter_of(a, policies[a.policy]), a.trainable)
         for role, a in agents.items()
     }
+    pool = None
+    if not isinstance(cfg, EvalRunConfig):  # evaluation plays no pool (its own model.opponent instead)
+        sp = cfg.self_play
+        check_pool(sp.pool_size, agent_specs, [name for name, p in policies.items() if p.model.lora.rank > 0],
+                   isinstance(env, AgentProgram))
+        pool = OpponentPool(sp.pool_size, sp.snapshot_every, sp.live_prob, agent_specs, cfg.training.seed)
     executor_config = executor_config_of(cfg)
     if isinstance(env, AgentProgram) and executor_config.mode != "trajectory" and not isinstance(cfg, EvalRunConfig):
         raise ConfigError(f"env {cfg.env.name!r} runs an agent program, which cannot be forked (tree sampling copies an "
@@ -123,7 +131,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     worker_specs = [dataclasses.replace(spec, engine_options={**spec.engine_options,
                                                               "gpu_memory_utilization": sized[spec.policy]})
                     if spec.policy in sized else spec for spec in worker_specs]
-    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory)
+    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory, pool)
 
 
 def executor_config_of(cfg: Config) -> ExecutorConfig:
@@ -208,6 +216,11 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
         lora = LoraSpec(model.lora.rank, model.lora.alpha, model.lora.dropout, tuple(model.lora.target_modules))
     # L1/L3 with LoRA: one adapter shared by the policy's agents. L2: one adapter per agent.
     adapters = policy.adapters or ((SHARED_ADAPTER,) if lora else ())
+    frozen = policy.frozen_adapters
+    pool_size = 0 if isinstance(cfg, EvalRunConfig) else cfg.self_play.pool_size
+    if lora and pool_size and policy.trainable:  # the opponent pool's frozen slots beside each trained adapter
+        slots = slot_adapters([a for a in adapters if a not in frozen], pool_size)
+        adapters, frozen = adapters + slots, frozen + slots
     fsdp_cfg = model.fsdp
     return WorkerSpec(
         policy=policy.name,
@@ -217,7 +230,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
         dtype=model.dtype,
         lora=lora,
         adapters=adapters,
-        frozen=policy.frozen_adapters,
+        frozen=frozen,
         trainable=policy.trainable,
         seed=cfg.training.seed,
         requested_threads=model.num_threads,

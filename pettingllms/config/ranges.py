@@ -93,6 +93,9 @@ RANGES: dict[str, Range] = {
                                      "nothing is learned"),
     "rollout.val_samples": within(1, 1024, "episodes per validation problem"),
     "rollout.playouts": within(0, 64, "0 = only a move that ends the game sees its outcome; each costs a whole game"),
+    "self_play.pool_size": within(0, 64, "past versions kept; each is one more LoRA adapter on the model"),
+    "self_play.snapshot_every": at_least(1, "steps between snapshots"),
+    "self_play.live_prob": within(0, 1, "a probability"),
     "reward.alpha": at_least(0, "weight of the team reward"),
     # algorithm
     "algorithm.filter_ratio": Range(0, 1, "the fraction of groups dropped", high_open=True),

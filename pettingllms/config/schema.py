@@ -173,6 +173,19 @@ class RolloutConfig(Freezable):
 
 
 @dataclass
+class SelfPlayConfig(Freezable):
+    pool_size: int = setting(0, "past versions kept as opponents (the opponent pool; 0: off). Every "
+                                "`snapshot_every` steps each trained agent's LoRA adapter is copied into a frozen slot "
+                                "of the same model (the oldest replaced once all are filled); in an episode drawn "
+                                "against the pool one seat trains and a past version plays every other agent, its "
+                                "samples never trained ([self_play.md](self_play.md#opponents)). Needs LoRA on every "
+                                "trained policy and two agents or more")
+    snapshot_every: int = setting(10, "steps between snapshots into the pool (after the step's update)")
+    live_prob: float = setting(0.5, "the chance that a problem's episodes are plain self-play (every agent live "
+                                    "and trained) rather than against a past version from the pool")
+
+
+@dataclass
 class RewardConfig(Freezable):
     alpha: float = setting(1.0, "weight of the team reward in every agent's reward (`alpha * team + local`)")
     non_finite: NonFiniteReward = setting(NonFiniteReward.error, "what a NaN or infinite team or local reward does. "
@@ -319,6 +332,7 @@ class Config(Freezable):
     agents: Dict[str, Any] = field(default_factory=dict)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    self_play: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -118,6 +118,7 @@ class Sample:
     nonfinite_reward: bool = False
     truncated: bool = False  # response hit max_tokens
     chosen: bool = False  # this branch was continued (tree mode)
+    frozen: bool = False  # played by a frozen past version (the opponent pool): recorded, never grouped or trained
     response_text: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -153,3 +154,4 @@ class EpisodeRecord:
     transcript: list[dict[str, Any]] = field(default_factory=list)
     nonfinite_rewards: int = 0  # NaN or infinite rewards met and dropped (reward.non_finite=drop)
     outcomes: dict[str, float] = field(default_factory=dict)  # Env.outcome of the final state, per agent (games)
+    opponents: dict[str, str] = field(default_factory=dict)  # agent -> the frozen past version that played it

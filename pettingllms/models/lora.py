@@ -204,6 +204,23 @@ def adapter_parameters(model: nn.Module, name: str) -> list[tuple[str, nn.Parame
     return found
 
 
+def copy_adapter(model: nn.Module, source: str, target: str) -> None:
+    """Overwrite adapter ``target``'s weights with ``source``'s, in place (both attached with the model's one
+    ``LoraSpec``, so shapes and, under FSDP, shardings match). ``target``'s ``requires_grad`` flags are untouched."""
+    import torch
+
+    def by_place(adapter: str) -> dict[tuple[str, ...], nn.Parameter]:  # the name with the adapter's part blanked
+        return {tuple("" if part == adapter else part for part in name.split(".")): param
+                for name, param in adapter_parameters(model, adapter)}
+
+    sources, targets = by_place(source), by_place(target)
+    if sources.keys() != targets.keys():
+        raise ConfigError(f"adapters {source!r} and {target!r} hold different tensors; they cannot be copied")
+    with torch.no_grad():
+        for key, param in targets.items():
+            param.copy_(sources[key])
+
+
 @contextmanager
 def training_adapter(
     model: nn.Module, name: str | None, adapters: dict[str, list[nn.Parameter]], trainable: bool

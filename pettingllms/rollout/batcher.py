@@ -3,6 +3,11 @@
 Episodes are asyncio tasks. An episode asks for all requests of one stage at once and then waits. When every
 live episode is waiting, the batcher flushes: per policy, the pending requests (sorted by request id, so the
 batch does not depend on task scheduling) go to the policy in one call, and the policies run concurrently.
+
+An episode that runs parts of itself concurrently (tree mode's playouts) runs them through ``gather``: each part
+counts as a live participant until it ends, and the episode waits meanwhile, so a flush still waits for every
+part. (Run with ``asyncio.gather``, a few parts waiting could outnumber the live episodes and flush early: the
+batches' make-up then depended on thread timing, and so did their results, in the last bits.)
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ class RequestBatcher:
         self.stats = BatcherStats()
         self.clock = clock if clock is not None else PartClock()  # the wall time of the engine calls: GENERATE
         self._pending: list[tuple[str, GenerationRequest, asyncio.Future]] = []
-        self._waiting_episodes = 0
+        self._waiting_episodes = 0  # participants waiting for results (an episode waiting on its parts counts)
+        self._parts = 0  # live participants beside the episode tasks: the running parts of ``gather``
         self._changed = asyncio.Event()
 
     async def generate_many(self, requests: Sequence[tuple[str, GenerationRequest]]) -> list[GenerationResult]:
@@ -55,6 +61,28 @@ class RequestBatcher:
         finally:
             self._waiting_episodes -= 1
 
+    async def gather(self, parts: Iterable[Awaitable]) -> list:
+        """Run parts of one episode concurrently (its playouts), each a participant of the flush rule until it ends;
+        results in order. The calling episode counts as waiting meanwhile."""
+        parts = list(parts)
+        if not parts:
+            return []
+
+        async def part(awaitable: Awaitable):
+            try:
+                return await awaitable
+            finally:
+                self._parts -= 1
+                self._changed.set()
+
+        self._parts += len(parts)
+        self._waiting_episodes += 1
+        self._changed.set()
+        try:
+            return list(await asyncio.gather(*(part(a) for a in parts)))
+        finally:
+            self._waiting_episodes -= 1
+
     async def run(self, episodes: Iterable[Awaitable]) -> list:
         """Run episode coroutines to completion, flushing requests whenever all live episodes wait."""
         tasks = [asyncio.ensure_future(e) for e in episodes]
@@ -66,6 +94,7 @@ class RequestBatcher:
                 live = sum(not t.done() for t in tasks)
                 if live == 0:
                     break
+                live += self._parts
                 if self._pending and self._waiting_episodes >= live:
                     await self._flush()
                     continue

@@ -21,6 +21,11 @@ and forms one group per (p, a) over all of them: every sample of agent a in epis
 return R_a(e) = alpha * team_reward(final state) + sum of a's local rewards in e, and the group's statistics
 count each episode once. Validation always uses independent mode.
 
+Opponents from a pool (``run(..., opponents=)``, one mapping per problem): an agent named there plays that episode
+with a frozen past version's weights (``Opponent``: its policy and adapter) instead of its own: one sample per
+decision (never branched, never valued by playouts), recorded with ``Sample.frozen`` (never in groups or the loss),
+and the same past version plays that agent in the episode's playouts. ``EpisodeRecord.opponents`` names them.
+
 An episode keeps its scored nodes and makes its samples when it ends, each once, final: the mode decides their
 group key and reward there (``_samples``), since a trajectory sample's return is known only then.
 
@@ -94,6 +99,16 @@ class AgentSpec:
     @property
     def name(self) -> str:
         return self.agent.name
+
+
+@dataclass(frozen=True)
+class Opponent:
+    """A frozen past version that plays one agent in one episode, in place of the agent's live weights (the
+    opponent pool, ``trainer/opponent_pool.py``)."""
+
+    name: str  # in records and metrics, e.g. "pool1@step20"
+    policy: str
+    adapter: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +186,7 @@ class _Node:
     temperature: float = 1.0  # what the candidates were sampled with
     chosen: int | None = None
     next_position: tuple[int, int] = (0, 0)  # (turn, stage index) where play goes on after this node
+    opponent: Opponent | None = None  # a frozen past version played this agent here: its samples are frozen
 
 
 @dataclass
@@ -203,19 +219,30 @@ class Executor:
         self._dropped: list[str] = []  # this rollout's dropped non-finite rewards, described
 
     # ----------------------------------------------------------------------------------------------- API
-    def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None):
+    def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None,
+            opponents: Sequence[Mapping[str, Opponent]] | None = None):
         """Synchronous wrapper around ``arun``."""
-        return asyncio.run(self.arun(problems, seeds, validation=validation, n=n))
+        return asyncio.run(self.arun(problems, seeds, validation=validation, n=n, opponents=opponents))
 
     async def arun(
-        self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None
+        self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False, n: int | None = None,
+        opponents: Sequence[Mapping[str, Opponent]] | None = None,
     ) -> RolloutResult:
         """Roll out every problem. Training uses ``config.mode``; validation always runs independent episodes.
 
-        ``n`` overrides the number of branches (tree) or episodes per problem (independent).
+        ``n`` overrides the number of branches (tree) or episodes per problem (independent). ``opponents``: per
+        problem, the agents a frozen past version plays (every episode of that problem).
         """
         if len(problems) != len(seeds):
             raise ValueError(f"{len(problems)} problems but {len(seeds)} seeds")
+        opponents = list(opponents) if opponents is not None else [{} for _ in problems]
+        if len(opponents) != len(problems):
+            raise ValueError(f"{len(problems)} problems but {len(opponents)} opponent mappings")
+        for seating in opponents:
+            unknown = sorted(set(seating) - set(self.agents))
+            if unknown or any(o.policy not in self.clients for o in seating.values()):
+                raise ConfigError(f"opponents name agents {unknown} or policies that are not set up "
+                                  f"({sorted({o.policy for o in seating.values()})}; set up: {sorted(self.clients)})")
         k = n or self.config.branching
         mode = "independent" if validation else self.config.mode
         self._clock = PartClock()
@@ -224,10 +251,10 @@ class Executor:
         start = time.perf_counter()
         by_return = mode == "trajectory"
         if mode == "tree":
-            coros = [self._episode(batcher, slot, p, s, f"p{slot}", k, validation, by_return) for slot, (p, s) in
-                     enumerate(zip(problems, seeds))]
+            coros = [self._episode(batcher, slot, p, s, f"p{slot}", k, validation, by_return, opponents[slot])
+                     for slot, (p, s) in enumerate(zip(problems, seeds))]
         else:
-            coros = [self._episode(batcher, slot, p, s, f"p{slot}e{e}", 1, validation, by_return)
+            coros = [self._episode(batcher, slot, p, s, f"p{slot}e{e}", 1, validation, by_return, opponents[slot])
                      for slot, (p, s) in enumerate(zip(problems, seeds)) for e in range(k)]
         outputs = await batcher.run(coros)
         if self._dropped:
@@ -251,9 +278,10 @@ class Executor:
     # ----------------------------------------------------------------------------------------------- episode
     async def _episode(
         self, batcher: RequestBatcher, slot: int, problem: Problem, seed: int, episode: str, k: int, validation: bool,
-        by_return: bool,
+        by_return: bool, opponents: Mapping[str, Opponent],
     ) -> _EpisodeOutput:
-        """One episode from ``env.reset``; its samples are made at its end (``by_return``: trajectory mode)."""
+        """One episode from ``env.reset``; its samples are made at its end (``by_return``: trajectory mode);
+        ``opponents``: the agents frozen past versions play in it."""
         state = self._reset(problem, seed)
         scored: list[_Node] = []  # every node of the episode, in order, selection done
         transcript: list[dict[str, Any]] = []
@@ -266,7 +294,7 @@ class Executor:
             for index, stage in enumerate(stages):
                 try:
                     nodes = await self._expand(batcher, state, turn, stage, episode, problem, k, validation,
-                                               next_position=_after(turn, index, len(stages)))
+                                               next_position=_after(turn, index, len(stages)), opponents=opponents)
                 except PromptTooLongError as exc:
                     if turn == 0:
                         raise  # the task itself does not fit: a data or config problem
@@ -310,6 +338,7 @@ class Executor:
             transcript=transcript,
             nonfinite_rewards=dropped,
             outcomes=dict(outcomes or {}),
+            opponents={agent: o.name for agent, o in opponents.items()},
         )
         returns = (_episode_returns(scored, self.config.alpha * team_reward, final_dropped, outcomes or {})
                    if by_return else None)
@@ -339,10 +368,12 @@ class Executor:
             raise EnvError(f"{where} {problem_text}")
         return [names]
 
-    async def _value_by_playouts(self, batcher: RequestBatcher, node: _Node, episode: str, problem: Problem) -> None:
+    async def _value_by_playouts(self, batcher: RequestBatcher, node: _Node, episode: str, problem: Problem,
+                                 opponents: Mapping[str, Opponent]) -> None:
         """Tree mode, env with an outcome: each selectable candidate's ``outcome`` is its agent's mean outcome over
-        ``playouts`` episodes continued from its state to the end; a candidate that ended the episode takes that
-        episode's outcome (with ``playouts=0`` it is the only one that sees any)."""
+        ``playouts`` episodes continued from its state to the end (``opponents`` playing their agents there too); a
+        candidate that ended the episode takes that episode's outcome (with ``playouts=0`` it is the only one that
+        sees any)."""
         context = f"a playout after agent {node.agent!r}'s turn {node.turn}"
 
         def agents_outcome(final: Any) -> float:
@@ -357,16 +388,17 @@ class Executor:
                 continue
             for j in range(self.config.playouts):
                 tag = f"{episode}/t{node.turn:03d}/{node.agent}/k{index}/playout{j}"
-                playouts.append(self._playout(batcher, c.transition.state, node.next_position, tag, problem))
+                playouts.append(self._playout(batcher, c.transition.state, node.next_position, tag, problem,
+                                              opponents))
                 owners.append(c)
-        finals = await asyncio.gather(*playouts)
+        finals = await batcher.gather(playouts)  # each playout a participant: batches wait for all of them
         for c in node.candidates:
             mine = [agents_outcome(final) for owner, final in zip(owners, finals) if owner is c]
             if mine:
                 c.outcome = sum(mine) / len(mine)
 
     async def _playout(self, batcher: RequestBatcher, state: Any, position: tuple[int, int], tag: str,
-                       problem: Problem) -> Any:
+                       problem: Problem, opponents: Mapping[str, Opponent]) -> Any:
         """The final state of one episode played on from ``state`` at ``position`` (turn, stage) by the current
         policies, one sample per decision with each agent's training sampling; ends early where the real episode
         would (a prompt grown too long, every candidate failed)."""
@@ -375,7 +407,8 @@ class Executor:
             stages = self._stages(state, turn, problem)
             for stage in stages[start:]:
                 try:
-                    nodes = await self._expand(batcher, state, turn, stage, tag, problem, 1, False, playout=True)
+                    nodes = await self._expand(batcher, state, turn, stage, tag, problem, 1, False, playout=True,
+                                               opponents=opponents)
                 except PromptTooLongError:
                     return state
                 for node in nodes:
@@ -456,27 +489,33 @@ class Executor:
         validation: bool,
         next_position: tuple[int, int] = (0, 0),
         playout: bool = False,
+        opponents: Mapping[str, Opponent] | None = None,
     ) -> list[_Node]:
-        """Sample k candidates for every agent of the stage from ``state``, then step and score each one; in tree mode
-        (not a playout) with an env that has an outcome, value each candidate by playouts from its state."""
+        """Sample k candidates for every agent of the stage from ``state`` (one for an agent an opponent plays), then
+        step and score each one; in tree mode (not a playout) with an env that has an outcome, value each candidate
+        of a live agent by playouts from its state."""
+        opponents = opponents or {}
         requests, nodes = [], []
         for name in stage:
             spec = self.agents[name]
+            opponent = opponents.get(name)
+            policy, adapter = (opponent.policy, opponent.adapter) if opponent else (spec.policy, spec.adapter)
             messages = spec.agent.observe(state, turn)
-            prompt_ids = tuple(self.clients[spec.policy].codec.encode_chat(messages))
+            prompt_ids = tuple(self.clients[policy].codec.encode_chat(messages))
             self._check_prompt(prompt_ids, name, turn, problem)
             sampling = spec.val_sampling if validation else spec.train_sampling
             sampling = _cap_tokens(sampling, self.config.max_response_length)
-            request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, k, sampling, spec.adapter,
-                                        prefix_group=episode)
-            requests.append((spec.policy, request))
+            request = GenerationRequest(f"{episode}/t{turn:03d}/{name}", prompt_ids, 1 if opponent else k, sampling,
+                                        adapter, prefix_group=episode)
+            requests.append((policy, request))
             nodes.append(_Node(name, turn, prompt_ids, messages, [], temperature=sampling.temperature,
-                               next_position=next_position))
+                               next_position=next_position, opponent=opponent))
         results = await batcher.generate_many(requests)
         for node, result in zip(nodes, results):
             node.candidates = await self._score(state, node.agent, result.completions, problem, turn)
         if has_outcome(self.env) and not playout and not validation and self.config.mode == "tree":
-            await asyncio.gather(*(self._value_by_playouts(batcher, node, episode, problem) for node in nodes))
+            await batcher.gather(self._value_by_playouts(batcher, node, episode, problem, opponents)
+                                 for node in nodes if node.opponent is None)
         return nodes
 
     async def _score(
@@ -562,7 +601,7 @@ class Executor:
         Trajectory mode (``returns``: each agent's episode return, None where undefined): group
         (slot, WHOLE_EPISODE, agent), scored with the agent's return, or dropped with it."""
         bonus = (outcomes or {}).get(node.agent, 0.0)
-        spec = self.agents[node.agent]
+        spec = node.opponent or self.agents[node.agent]  # a frozen past version's policy and adapter, or the agent's
         if returns is None:
             group, episode_return = (slot, node.turn, node.agent), None
         else:
@@ -594,6 +633,7 @@ class Executor:
                     nonfinite_reward=nonfinite,
                     truncated=c.completion.finish_reason == FINISH_LENGTH,
                     chosen=k == node.chosen,
+                    frozen=node.opponent is not None,
                     response_text=c.completion.text,
                     info=dict(c.transition.info) if c.transition is not None else {},
                 )

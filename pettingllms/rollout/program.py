@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pettingllms.core.env import Problem
-from pettingllms.core.errors import EnvError
+from pettingllms.core.errors import ConfigError, EnvError
 from pettingllms.core.program import AgentProgram, checked_rewards, episode_success
 from pettingllms.core.types import FINISH_LENGTH, EpisodeRecord, Sample
 from pettingllms.rollout.executor import (
@@ -72,7 +72,11 @@ class ProgramRollout:
         self.gateway.close()
 
     def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False,
-            n: int | None = None) -> RolloutResult:
+            n: int | None = None, opponents: Sequence[Any] | None = None) -> RolloutResult:
+        """As ``Executor.run``; ``opponents`` (the opponent pool's seating) must be None: a program's calls reach the
+        live agents only (the plan refuses a pool for programs)."""
+        if opponents is not None:
+            raise ConfigError("the opponent pool is not built for agent programs (set self_play.pool_size=0)")
         return asyncio.run(self.arun(problems, seeds, validation=validation, n=n))
 
     async def arun(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False,

@@ -221,6 +221,16 @@ class PolicyGroup:
             for policy in policies:
                 self.ranks[policy][0].release_engine()
 
+    def snapshot(self, copies: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+        """Copy adapters into others on every rank of each named policy (the opponent pool's snapshots:
+        policy -> (source adapter, target adapter) pairs); each policy's engines then serve the copies."""
+        if self.use_ray:
+            self._rank0_results({p: [actor.snapshot.remote(list(pairs)) for actor in self.ranks[p]]
+                                 for p, pairs in copies.items()})
+            return
+        for policy, pairs in copies.items():
+            self.ranks[policy][0].snapshot(list(pairs))
+
     def save(self, directory: str) -> None:
         self._call_all("save", lambda p: os.path.join(directory, p))
 

@@ -243,6 +243,16 @@ class PolicyWorker:
         metrics.update(self.sync.timings)  # the sync's parts: cache release, weights, KV cache wake
         return metrics
 
+    def snapshot(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Copy each source adapter's weights into its target adapter (a frozen slot of the opponent pool), then give
+        this rank's engine every adapter if it holds its own copy (a collective under FSDP: every rank copies its
+        shard, then all stream the weights together)."""
+        from pettingllms.models.lora import copy_adapter
+
+        for source, target in pairs:
+            copy_adapter(self._model, source, target)
+        self._push_weights(trained_only=False)
+
     def full_weights(self, trained_only: bool = False) -> Iterator[tuple[str, Any]]:
         """The policy's full (unsharded) weights, one ``(name, tensor)`` at a time. Under FSDP a collective: every
         rank iterates it to the end together. ``trained_only``: the tensors an update changes (all of a full

@@ -109,6 +109,21 @@ def seat_results(episodes: Sequence[EpisodeRecord], prefix: str = "episode") -> 
     return out
 
 
+def pool_metrics(episodes: Sequence[EpisodeRecord], filled: int) -> dict[str, float]:
+    """The opponent pool's step (``self_play.*``): ``self_play/pool_filled`` (slots holding a past version),
+    ``self_play/vs_pool_share`` (episodes played against one), and the live seats' results in those episodes
+    (``self_play/vs_pool/win_rate``, ``draw_rate``, ``loss_rate``: the current policy against its past versions)."""
+    against = [e for e in episodes if e.opponents]
+    out = {"self_play/pool_filled": float(filled),
+           "self_play/vs_pool_share": _mean(float(bool(e.opponents)) for e in episodes) if episodes else 0.0}
+    live = [value for e in against for agent, value in e.outcomes.items() if agent not in e.opponents]
+    if live:
+        out["self_play/vs_pool/win_rate"] = _mean(float(v > 0) for v in live)
+        out["self_play/vs_pool/draw_rate"] = _mean(float(v == 0) for v in live)
+        out["self_play/vs_pool/loss_rate"] = _mean(float(v < 0) for v in live)
+    return out
+
+
 def episode_errors(episodes: Sequence[EpisodeRecord]) -> str | None:
     """One line on the episodes an error ended early, or None. Such an episode is kept (its turns before the error
     train), so without this line a config that cuts episodes short, such as a ``training.max_prompt_length`` the

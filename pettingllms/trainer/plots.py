@@ -51,9 +51,10 @@ KL = Panel("KL per policy", "KL", rf"^{_NOT_AGENT}{_NAME}/actor/(?:kl|ppo_kl)$")
 STACK_ORDER = BREAKDOWN_KEYS
 STEP_TIME = Panel("step time by part", "seconds", "^(?:" + "|".join(re.escape(k) for k in STACK_ORDER) + ")$",
                   stacked=True)
-# Games: each seat's win rate (episode/<agent>/win_rate; val/<benchmark>/<agent>/win_rate).
-WIN_RATE = Panel("win rate per seat (games)", "fraction of games", rf"^episode/{_NAME}/win_rate$",
-                 rf"^val/{_NAME}/{_NAME}/win_rate$", optional=True)
+# Games: each seat's win rate (episode/<agent>/win_rate; val/<benchmark>/<agent>/win_rate), and with an opponent
+# pool the live seats' win rate against its past versions (self_play/vs_pool/win_rate).
+WIN_RATE = Panel("win rate per seat (games)", "fraction of games",
+                 rf"^(?:episode/{_NAME}|self_play/vs_pool)/win_rate$", rf"^val/{_NAME}/{_NAME}/win_rate$", optional=True)
 PANELS = (REWARD, SUCCESS, WIN_RATE, EPISODE_LENGTH, RESPONSE_LENGTH, KL, STEP_TIME)
 
 

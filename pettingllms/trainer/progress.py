@@ -31,6 +31,9 @@ class StepProgress:
         parts = [f"step {step}/{self.bar.total}", f"reward {reward:.3f}"]
         parts += [f"{k.split('/')[-1]} {metrics[k]:.3f}" for k in HEADLINE if k in metrics]
         parts += [_seat_results(metrics, seat) for seat in _seats(metrics)]  # games: each seat's W/D/L
+        if "self_play/vs_pool/win_rate" in metrics:  # the live seats against the pool's past versions
+            rates = "/".join(f"{metrics[f'self_play/vs_pool/{name}_rate']:.2f}" for name in ("win", "draw", "loss"))
+            parts.append(f"vs pool W/D/L {rates} ({metrics['self_play/vs_pool_share']:.0%} of games)")
         timing = step_line(metrics)  # the step's seconds and where they went
         if timing is not None:
             parts.append(timing)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pettingllms.algo.grpo import score_samples
 from pettingllms.assembly.describe import describe_agents, describe_plan
+from pettingllms.assembly.opponent_pool import OpponentPool
 from pettingllms.assembly.plan import RunPlan, plan
 from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, locate_models,
                                             resolve_models)
@@ -35,7 +36,7 @@ from pettingllms.rollout.program import ProgramRollout, rollout_for
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
 from pettingllms.trainer.cursor import DataCursor
-from pettingllms.trainer.metrics import episode_errors, episode_metrics, prefixed, sample_metrics
+from pettingllms.trainer.metrics import episode_errors, episode_metrics, pool_metrics, prefixed, sample_metrics
 from pettingllms.trainer.run_lock import RunLock
 from pettingllms.trainer.signal_watch import SignalWatch
 from pettingllms.trainer.progress import StepProgress
@@ -129,6 +130,7 @@ class Trainer:
         self.executor = rollout_for(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
         if isinstance(self.executor, ProgramRollout):  # its gateway's server thread
             self._release.callback(self.executor.close)
+        self.pool: OpponentPool = self.plan.pool  # self_play.*: its slots' steps are checkpointed with the run
         self.signal_watch = SignalWatch(has_outcome(self.plan.env), cfg.rollout.playouts,
                                         str(getattr(cfg.rollout.mode, "value", cfg.rollout.mode)))
         self.step_done = 0
@@ -203,13 +205,14 @@ class Trainer:
         start = time.perf_counter()
         # 1. Rollout: tree-structured episodes for a batch of problems.
         batch = self.cursor.next_batch(self.cfg.training.train_batch_size)
-        rollout = self.executor.run([p for p, _ in batch], [s for _, s in batch])
+        opponents = self.pool.seatings(step, len(batch)) if self.pool.enabled else None  # past versions' seats
+        rollout = self.executor.run([p for p, _ in batch], [s for _, s in batch], opponents=opponents)
         if (errors := episode_errors(rollout.episodes)) is not None:
             log.warning("step %d: %s", step, errors)
-        # 2. Route: keep trainable agents' samples and send each to the policy that owns its agent.
+        # 2. Route: keep trainable agents' samples (not a frozen past version's) and send each to its agent's policy.
         per_policy: dict[str, list[Sample]] = defaultdict(list)
         for sample in rollout.samples:
-            if self.plan.agent_specs[sample.agent].trainable:
+            if self.plan.agent_specs[sample.agent].trainable and not sample.frozen:
                 per_policy[sample.policy].append(sample)
         # 3. Groups (problem, turn, agent) and advantages, per policy.
         batches, metrics, scored_by_policy = {}, {}, {}
@@ -226,9 +229,15 @@ class Trainer:
         updates = self.policies.update({p: b for p, b in batches.items() if self.plan.policies[p].trainable})
         for policy, values in updates.items():
             metrics.update(prefixed(f"{policy}/actor", values))
+        if self.pool.snapshot_due(step):  # the updated adapters become a past version in the opponent pool
+            slot = self.pool.next_slot()
+            self.policies.snapshot(self.pool.copies(slot))
+            self.pool.record(slot, step)
         # 6. Metrics.
         metrics.update(sample_metrics(rollout.samples))
         metrics.update(episode_metrics(rollout.episodes))
+        if self.pool.enabled:
+            metrics.update(pool_metrics(rollout.episodes, len(self.pool.filled())))
         metrics.update(prefixed("timing", rollout.timings))
         metrics["rollout/generated_tokens"] = float(sum(len(s.response_ids) for s in rollout.samples))
         metrics["data/epoch"] = float(self.cursor.epoch)
@@ -260,7 +269,8 @@ class Trainer:
     def _write_checkpoint(self, step: int) -> Path:
         """The step's checkpoint directory, complete; a resume starts from it once ``_publish_checkpoint`` ran."""
         state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash(),
-                 "config": to_dict(self.cfg)}  # a resume names the keys it changed
+                 "config": to_dict(self.cfg),  # a resume names the keys it changed
+                 "opponent_pool": self.pool.state_dict()}  # which step each slot holds (their weights: the policies')
         return ckpt.write_checkpoint(self.run_dir / "checkpoints", step, state,
                                      lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
                                      private=not self.cfg.training.share_run_dir)
@@ -281,6 +291,8 @@ class Trainer:
                         "and schedule settings apply from step %d on)", checkpoint, changes, int(state["step"]) + 1)
         self.policies.load(str(checkpoint / ckpt.POLICIES_DIR))
         self.cursor.load_state_dict(state["cursor"])
+        if self.pool.enabled:
+            self.pool.load_state_dict(state.get("opponent_pool") or {"slots": [None] * self.pool.size})
         self.step_done = int(state["step"])
         truncate_summary(self.run_dir, self.step_done)
         log.info("resumed from %s at step %d", checkpoint, self.step_done)

@@ -14,9 +14,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 STEPS = {
     "DataCursor": "self.cursor.next_batch(",
     "Executor.run": "self.executor.run(",
-    "route samples of trainable agents": ".trainable:",
+    "route samples of trainable agents": ".trainable and not sample.frozen:",
     "score_samples": "score_samples(",
     "PolicyGroup.update": "self.policies.update(",
+    "PolicyGroup.snapshot": "self.policies.snapshot(",
     "metrics": "sample_metrics(",
 }
 

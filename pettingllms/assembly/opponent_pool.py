@@ -1,0 +1,151 @@
+"""The opponent pool (``self_play.*``): frozen past versions of the trained agents as opponents, beside the live
+policy (fictitious self-play; UnstableBaselines keeps such a pool of LoRA adapters).
+
+- Slots: each trained adapter of an agent that plays in the pool gets ``pool_size`` frozen twins on the same model,
+  ``<adapter>-pool<k>``, declared with the policy's adapters (``slot_adapters``), so the same engine serves them
+  beside the live ones (one more LoRA each, for vLLM's ``max_loras`` too) and the checkpoint holds their weights.
+- Snapshots: every ``snapshot_every`` steps, after the step's update, every trained adapter is copied into slot
+  ``k`` (the slots fill in order, then the oldest is replaced): ``OpponentPool.snapshot_due`` / ``take``.
+- Seating, per problem of a step (``OpponentPool.seatings``): with probability ``live_prob``, or while the pool is
+  empty, every agent plays live (plain self-play: every seat trains); otherwise one seat trains, taking turns across
+  the step's problems, and one past version drawn uniformly from the filled slots plays every other pooled agent.
+  Those agents' samples are frozen (never grouped or trained; ``rollout/executor.py``). The draws are seeded by
+  (run seed, step, problem slot), so a resumed run seats its problems as the original did.
+- ``state_dict`` (which step each slot holds) goes into the trainer's checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from pettingllms.core import ConfigError
+from pettingllms.rollout.executor import AgentSpec, Opponent
+
+POOL_SUFFIX = "-pool"
+
+
+def slot_adapter(adapter: str, k: int) -> str:
+    """The adapter that holds slot ``k``'s copy of ``adapter``."""
+    return f"{adapter}{POOL_SUFFIX}{k}"
+
+
+def slot_adapters(adapters: Sequence[str], pool_size: int) -> tuple[str, ...]:
+    """Every slot adapter of a policy whose trained adapters are ``adapters``."""
+    return tuple(slot_adapter(a, k) for a in adapters for k in range(pool_size))
+
+
+def pooled_agents(agent_specs: Mapping[str, AgentSpec]) -> list[str]:
+    """The agents a past version can play: the trained ones (an untrained agent is the same in every version)."""
+    return [name for name, spec in agent_specs.items() if spec.trainable]
+
+
+def check_pool(pool_size: int, agent_specs: Mapping[str, AgentSpec], lora_policies: Sequence[str],
+               program: bool) -> None:
+    """Refuse a pool the run cannot hold, naming the fix: it needs two acting agents, LoRA adapters on every trained
+    agent's policy (a past version is a frozen copy of an adapter), and an env the executor runs."""
+    if pool_size == 0:
+        return
+    if program:
+        raise ConfigError("self_play.pool_size: an agent program's calls go through the gateway to the live agents; "
+                          "the opponent pool is not built for programs (set self_play.pool_size=0)")
+    if len(agent_specs) < 2:
+        raise ConfigError(f"self_play.pool_size={pool_size} needs two acting agents or more (the env has "
+                          f"{list(agent_specs)}); against a fixed player use the env's own opponent option "
+                          "(e.g. env.options.opponent=random)")
+    pooled = pooled_agents(agent_specs)
+    if not pooled:
+        raise ConfigError("self_play.pool_size: no agent trains (every agents.<role>.trainable is false)")
+    full = sorted({agent_specs[a].policy for a in pooled if agent_specs[a].adapter is None
+                   or agent_specs[a].policy not in lora_policies})
+    if full:
+        raise ConfigError(f"self_play.pool_size keeps past versions as frozen LoRA adapters, but {full} train their "
+                          f"full weights: give {'them' if len(full) > 1 else 'it'} an adapter (base_models."
+                          f"{full[0]}.lora.rank=16, for instance); snapshots of full models are not built")
+
+
+@dataclass
+class OpponentPool:
+    """The pool's slots and what each holds; the seating of a step's problems. Pure: the trainer copies the weights
+    (``PolicyGroup.snapshot``) and checkpoints ``state_dict``."""
+
+    size: int
+    snapshot_every: int
+    live_prob: float
+    agent_specs: Mapping[str, AgentSpec]
+    seed: int
+    slots: list[int | None] = field(default_factory=list)  # the step each slot's copy was taken at (None: empty)
+
+    def __post_init__(self) -> None:
+        if not self.slots:
+            self.slots = [None] * self.size
+
+    @property
+    def enabled(self) -> bool:
+        return self.size > 0
+
+    def snapshot_due(self, step: int) -> bool:
+        return self.enabled and step % self.snapshot_every == 0
+
+    def next_slot(self) -> int:
+        """The slot the next snapshot goes into: the first empty one, else the one holding the oldest step."""
+        for k, taken_at in enumerate(self.slots):
+            if taken_at is None:
+                return k
+        return min(range(self.size), key=lambda k: self.slots[k])
+
+    def copies(self, k: int) -> dict[str, list[tuple[str, str]]]:
+        """policy -> (live adapter, slot adapter) pairs of slot ``k``: every pooled agent's adapter, once."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for name in pooled_agents(self.agent_specs):
+            spec = self.agent_specs[name]
+            pair = (spec.adapter, slot_adapter(spec.adapter, k))
+            if pair not in out.setdefault(spec.policy, []):
+                out[spec.policy].append(pair)
+        return out
+
+    def record(self, k: int, step: int) -> None:
+        self.slots[k] = step
+
+    def filled(self) -> list[int]:
+        return [k for k, taken_at in enumerate(self.slots) if taken_at is not None]
+
+    def opponent(self, k: int, agent: str) -> Opponent:
+        spec = self.agent_specs[agent]
+        return Opponent(f"pool{k}@step{self.slots[k]}", spec.policy, slot_adapter(spec.adapter, k))
+
+    def seatings(self, step: int, problems: int) -> list[dict[str, Opponent]]:
+        """Per problem of ``step``: the agents a past version plays (empty: every agent live)."""
+        filled = self.filled()
+        pooled = pooled_agents(self.agent_specs)
+        out: list[dict[str, Opponent]] = []
+        for slot in range(problems):
+            rng = random.Random(f"{self.seed}/{step}/{slot}/opponent-pool")
+            if not filled or rng.random() < self.live_prob:
+                out.append({})
+                continue
+            k = rng.choice(filled)
+            learner = pooled[(step + slot) % len(pooled)]  # seats take turns across problems (and steps)
+            out.append({agent: self.opponent(k, agent) for agent in pooled if agent != learner})
+        return out
+
+    def describe(self) -> str:
+        """One line for the run plan: who plays whom, with which weights."""
+        if not self.enabled:
+            return "self-play: every agent live (self_play.pool_size=0)"
+        pooled = pooled_agents(self.agent_specs)
+        return (f"self-play with an opponent pool of {self.size} past versions (a snapshot of {pooled}'s adapters "
+                f"every {self.snapshot_every} steps): each problem is plain self-play with probability "
+                f"{self.live_prob:g}, otherwise one seat trains (taking turns) against one past version drawn "
+                "uniformly from the pool, which plays every other agent and is never trained")
+
+    def state_dict(self) -> dict:
+        return {"slots": list(self.slots)}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        slots = list(state["slots"])
+        if len(slots) != self.size:
+            raise ConfigError(f"the checkpoint's opponent pool has {len(slots)} slots but self_play.pool_size="
+                              f"{self.size}: resume with self_play.pool_size={len(slots)}")
+        self.slots = slots

@@ -1,0 +1,233 @@
+"""The opponent pool (``self_play.*``): frozen past versions as opponents. The pool's seating and slots by hand, the
+executor's routing of a past version's moves (its adapter, one sample, frozen samples, playouts), the adapter copy,
+and training runs on tests/lenient_nim.py: snapshots taken and served, frozen samples kept out of the loss, refusals,
+and a resumed run that seats and plays exactly as the uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, slot_adapter
+from pettingllms.core import ConfigError, Problem, SamplingParams
+from pettingllms.entry.train import run_training
+from pettingllms.rollout.executor import AgentSpec, Opponent
+
+
+def specs(adapters=("player_0", "player_1"), policy="policy_0", trainable=(True, True)):
+    sampling = SamplingParams()
+    return {f"player_{i}": AgentSpec(None, policy, sampling, sampling, adapter, trained)
+            for i, (adapter, trained) in enumerate(zip(adapters, trainable))}
+
+
+# ------------------------------------------------------------------------------------------- the pool by hand
+
+def test_an_empty_pool_seats_every_agent_live_then_one_seat_trains_against_a_past_version():
+    pool = OpponentPool(2, snapshot_every=5, live_prob=0.0, agent_specs=specs(), seed=0)
+    assert pool.seatings(step=3, problems=4) == [{}, {}, {}, {}]  # nothing in the pool yet
+    assert not pool.snapshot_due(4) and pool.snapshot_due(5)
+    assert pool.next_slot() == 0
+    assert pool.copies(0) == {"policy_0": [("player_0", "player_0-pool0"), ("player_1", "player_1-pool0")]}
+    pool.record(0, 5)
+    seatings = pool.seatings(step=6, problems=4)
+    # step 6: the trained seat is pooled[(6 + slot) % 2]: player_0, player_1, player_0, player_1
+    assert seatings == [{"player_1": Opponent("pool0@step5", "policy_0", "player_1-pool0")},
+                        {"player_0": Opponent("pool0@step5", "policy_0", "player_0-pool0")}] * 2
+    assert pool.seatings(step=6, problems=4) == seatings  # seeded: a resumed run seats the same way
+
+
+def test_slots_fill_in_order_then_the_oldest_is_replaced_and_draws_cover_every_filled_slot():
+    pool = OpponentPool(3, snapshot_every=1, live_prob=0.0, agent_specs=specs(), seed=7)
+    for step in (1, 2, 3):
+        pool.record(pool.next_slot(), step)
+    assert pool.slots == [1, 2, 3] and pool.next_slot() == 0
+    pool.record(0, 4)
+    assert pool.next_slot() == 1  # now slot 1 (step 2) is the oldest
+    drawn = {o.name for step in range(10, 30) for seat in pool.seatings(step, 8) for o in seat.values()}
+    assert drawn == {"pool0@step4", "pool1@step2", "pool2@step3"}
+
+
+@pytest.mark.parametrize("live_prob, expected_live", [(1.0, 1.0), (0.0, 0.0), (0.5, 0.5)])
+def test_live_prob_is_the_share_of_plain_self_play_problems(live_prob, expected_live):
+    pool = OpponentPool(1, snapshot_every=1, live_prob=live_prob, agent_specs=specs(), seed=0)
+    pool.record(0, 1)
+    seats = [seat for step in range(2, 202) for seat in pool.seatings(step, 4)]
+    live = sum(not seat for seat in seats) / len(seats)
+    assert live == pytest.approx(expected_live, abs=0.05)
+
+
+def test_shared_adapter_one_copy_and_untrained_agents_stay_live():
+    pool = OpponentPool(1, 1, 0.0, specs(adapters=("shared", "shared")), seed=0)
+    assert pool.copies(0) == {"policy_0": [("shared", "shared-pool0")]}
+    frozen_seat = OpponentPool(1, 1, 0.0, specs(trainable=(True, False)), seed=0)
+    frozen_seat.record(0, 1)
+    # player_1 does not train: it is the same in every version, so it plays live; player_0 is the one pooled agent
+    assert frozen_seat.seatings(2, 4) == [{}] * 4
+
+
+def test_state_round_trip_and_a_resume_with_another_size_is_refused():
+    pool = OpponentPool(2, 1, 0.5, specs(), seed=0)
+    pool.record(pool.next_slot(), 3)
+    again = OpponentPool(2, 1, 0.5, specs(), seed=0)
+    again.load_state_dict(json.loads(json.dumps(pool.state_dict())))
+    assert again.slots == [3, None]
+    with pytest.raises(ConfigError, match="resume with self_play.pool_size=2"):
+        OpponentPool(3, 1, 0.5, specs(), seed=0).load_state_dict(pool.state_dict())
+
+
+def test_pools_the_run_cannot_hold_are_refused_naming_the_fix():
+    check_pool(0, {"solo": specs()["player_0"]}, [], program=False)  # off: nothing checked
+    with pytest.raises(ConfigError, match="needs two acting agents"):
+        check_pool(2, {"player_0": specs()["player_0"]}, ["policy_0"], program=False)
+    with pytest.raises(ConfigError, match=r"base_models.policy_0.lora.rank=16"):
+        check_pool(2, specs(adapters=(None, None)), [], program=False)
+    with pytest.raises(ConfigError, match="not built for programs"):
+        check_pool(2, specs(), ["policy_0"], program=True)
+
+
+# ------------------------------------------------------------------------------------------- the executor
+
+def test_a_past_version_plays_with_its_adapter_one_sample_a_move_and_its_samples_are_frozen(make_executor):
+    import lenient_nim
+
+    def script(prompt, k, request):  # the live adapter takes 1 or 2 by branch; the past version always takes 1
+        return "1" if request.adapter == "player_1-pool0" else "12"[k % 2]
+
+    opponent = Opponent("pool0@step1", "policy_0", "player_1-pool0")
+    executor, engines = make_executor(lenient_nim.LenientNim(), script, branching=2, mode="tree", playouts=1,
+                                      adapters={"player_0": "player_0", "player_1": "player_1"})
+    result = executor.run([Problem("nim", {"stones": 4})], [0], opponents=[{"player_1": opponent}])
+    requests = [r for call in engines["policy_0"].calls for r in call]
+    theirs = [r for r in requests if r.adapter == "player_1-pool0"]
+    assert theirs and all(r.n == 1 for r in theirs)  # never branched
+    assert not [r for r in requests if r.adapter == "player_1"]  # the live player_1 never played, playouts included
+    frozen = [s for s in result.samples if s.frozen]
+    assert frozen and all(s.agent == "player_1" and s.adapter == "player_1-pool0" for s in frozen)
+    assert all(not s.frozen for s in result.samples if s.agent == "player_0")
+    (record,) = result.episodes
+    assert record.opponents == {"player_1": "pool0@step1"}
+    # player_0's first move, valued by a playout against the past version (which always takes 1): from 4, taking 1
+    # leaves 3 -> it takes 1 -> 2 left -> player_0's playout takes 2 (k=0 answers "1"... the playout's one sample is
+    # branch 0, "1") -> 1 left -> it takes the last: -1; taking 2 leaves 2 -> it takes 1 -> player_0 takes the last: +1
+    first = {s.response_text: s.reward for s in result.samples if s.turn == 0 and s.agent == "player_0"}
+    assert first == {"1": -1.0, "2": 1.0}
+
+
+# ------------------------------------------------------------------------------------------- the adapter copy
+
+def test_copy_adapter_copies_the_weights_and_leaves_the_copy_frozen_and_independent():
+    import torch
+
+    from pettingllms.models import LoraSpec, load_model
+    from pettingllms.models.lora import adapter_parameters, copy_adapter
+    from pettingllms.models.resolve import resolve_model
+
+    model = load_model(resolve_model("tiny-random-smollm2"), "float32", LoraSpec(rank=4, alpha=8),
+                       ("live", "live-pool0"))
+    with torch.no_grad():
+        for _, p in adapter_parameters(model, "live"):
+            p.normal_()
+    flags = [p.requires_grad for _, p in adapter_parameters(model, "live-pool0")]
+    copy_adapter(model, "live", "live-pool0")
+    live, copy = adapter_parameters(model, "live"), adapter_parameters(model, "live-pool0")
+    assert len(live) == len(copy) > 0
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(live, copy))
+    assert [p.requires_grad for _, p in copy] == flags
+    with torch.no_grad():
+        live[0][1].add_(1.0)
+    assert not torch.equal(live[0][1], copy[0][1])  # a copy, not a view
+
+
+# ------------------------------------------------------------------------------------------- training runs
+
+TRAIN = ["base_models.policy_0.path=tiny-random-smollm2", "env.name=lenient_nim:LenientNim", "specialization=L2",
+         "training.total_training_steps=3", "training.train_batch_size=4", "rollout.branching=2",
+         "training.max_response_length=3", "training.val_freq=0", "training.val_before_train=false",
+         "training.export_hf=false", "training.plot=false", "resources.use_ray=false", "optim.lr=1e-2",
+         "rollout.select=sample", "training.save_samples_freq=1",
+         "self_play.pool_size=2", "self_play.snapshot_every=1", "self_play.live_prob=0.25"]
+
+
+@pytest.fixture
+def nim_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+
+
+def rows_of(run_dir: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (run_dir / "summary.log").read_text().splitlines()]
+    return {r["step"]: {k: v for k, v in r.items() if "timing" not in k and "update_s" not in k} for r in rows}
+
+
+def test_a_run_snapshots_each_step_plays_the_past_versions_and_trains_only_live_seats(tmp_path, nim_path):
+    trainer, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}"])
+    rows = rows_of(trainer.run_dir)
+    assert [rows[s]["self_play/pool_filled"] for s in (1, 2, 3)] == [1.0, 2.0, 2.0]
+    assert rows[1]["self_play/vs_pool_share"] == 0.0  # the pool was empty during step 1's rollout
+    assert rows[2]["self_play/vs_pool_share"] > 0 and "self_play/vs_pool/win_rate" in rows[2]
+    # the samples each policy was scored on: a frozen seat never reaches them
+    for step in (2, 3):
+        lines = (trainer.run_dir / "samples" / f"step_{step:06d}.jsonl").read_text().splitlines()
+        adapters = {json.loads(line)["adapter"] for line in lines}
+        assert adapters <= {"player_0", "player_1"}
+    # the final checkpoint holds the slots' steps: slot 0 was replaced by step 3's copy, slot 1 holds step 2's
+    from pettingllms.runtime import checkpoints as ckpt
+
+    latest = ckpt.read_trainer_state(ckpt.latest_checkpoint(trainer.run_dir / "checkpoints"))
+    assert latest["opponent_pool"] == {"slots": [3, 2]}
+
+
+def test_the_served_slots_hold_bit_identical_copies_taken_after_their_steps_update(tmp_path, nim_path):
+    import torch
+
+    from pettingllms.entry.train import load_config
+    from pettingllms.models.lora import adapter_parameters
+    from pettingllms.trainer.trainer import Trainer
+
+    with Trainer(load_config("train", [*TRAIN, f"training.log_dir={tmp_path}"])) as trainer:
+        model = trainer.policies.ranks["policy_0"][0].model
+        weights = lambda adapter: [p.detach().clone() for _, p in adapter_parameters(model, adapter)]  # noqa: E731
+        taken = {}
+        for step in (1, 2, 3):
+            trainer.step(step)
+            taken[step] = {a: weights(a) for a in ("player_0", "player_1")}
+        # slot 0: step 3's copy (it replaced step 1's, the oldest); slot 1: step 2's, untouched by step 3's update
+        for adapter in ("player_0", "player_1"):
+            for slot, step in ((0, 3), (1, 2)):
+                served = weights(slot_adapter(adapter, slot))
+                assert all(torch.equal(a, b) for a, b in zip(served, taken[step][adapter]))
+        moved = [not torch.equal(a, b) for adapter in ("player_0", "player_1")
+                 for a, b in zip(taken[2][adapter], taken[3][adapter])]
+        assert any(moved), "step 3 should have updated a live adapter (else the check above shows nothing)"
+
+
+def test_a_resumed_run_with_a_pool_plays_and_learns_exactly_as_the_uninterrupted_one(tmp_path, nim_path):
+    straight, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}/a"])
+    first, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}/b", "training.resume=auto",
+                                      "training.stop_after_steps=2"])
+    resumed, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}/b", "training.resume=auto"])
+    assert resumed.run_dir == first.run_dir
+    expected, got = rows_of(straight.run_dir), rows_of(resumed.run_dir)
+    assert got[3] == expected[3]  # step 3 plays against the restored slots with their restored weights
+    assert got[3]["self_play/vs_pool_share"] > 0
+
+
+def test_the_pages_pool_command_plans_with_its_opponents_line():
+    """docs/self_play.md's pool command, as written (with the packaged tiny model in place of the default one)."""
+    import re
+    import shlex
+
+    pytest.importorskip("pyspiel", reason="the games extra: pip install -e '.[games]'")
+    from pettingllms.assembly.describe import describe_plan
+    from pettingllms.assembly.plan import plan
+    from pettingllms.entry.train import load_config
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "self_play.md").read_text()
+    (command,) = [c for c in re.findall(r"```bash\n(.*?)```", page, flags=re.S) if "self_play.pool_size" in c]
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[:2] == ["pettingllms", "train"]
+    run_plan = plan(load_config("train", [*words[2:], "base_models.policy_0.path=tiny-random-smollm2"]))
+    assert "opponents: self-play with an opponent pool of 4 past versions" in describe_plan(run_plan)
+    (spec,) = run_plan.worker_specs
+    assert set(spec.frozen) == {slot_adapter(a, k) for a in ("player_0", "player_1") for k in range(4)}
