@@ -48,5 +48,11 @@ def describe_agents(run_plan: RunPlan) -> list[str]:
     lines = []
     for role, spec in run_plan.agent_specs.items():
         adapter = f" (adapter {spec.adapter})" if spec.adapter else ""
+        if spec.policy in run_plan.servers:  # agents.<role>.server
+            policy, server = run_plan.servers[spec.policy]
+            model = server.model or run_plan.policies[policy].model.path
+            lines.append(f"agent:    {role} -> the server {server.url} (model {model}; prompts in {policy}'s chat "
+                         f"template), frozen")
+            continue
         lines.append(f"agent:    {role} -> {spec.policy}{adapter}, {'trainable' if spec.trainable else 'frozen'}")
     return lines

@@ -15,7 +15,7 @@ from pettingllms.config.graph import acting_graph
 from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_utilizations
 from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, slot_adapters
-from pettingllms.config.schema import Config, EvalRunConfig
+from pettingllms.config.schema import AgentServerConfig, Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.env import make_agents
 from pettingllms.core.program import AgentProgram
@@ -44,6 +44,9 @@ class RunPlan:
     advantage_config: AdvantageConfig
     worker_specs: list[WorkerSpec]
     memory: MemoryPlan | None = None  # the GPU memory plan (assembly/memory.py); None when no policy uses GPUs
+    # agents.<role>.server: the policy name its spec routes to ("server:<role>") -> (the agent's own policy, whose
+    # chat template renders its prompts; the server's settings)
+    servers: dict[str, tuple[str, AgentServerConfig]] = dataclasses.field(default_factory=dict)
     pool: OpponentPool | None = None  # training: the opponent pool (self_play.*; size 0 when off); None in evaluation
 
     def resolved(self, directories: Mapping[str, str | Path] | None = None) -> "RunPlan":
@@ -105,10 +108,11 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
         build=_build_agent,
     )
     agent_specs = {
-        role: AgentSpec(behaviours[role], a.policy, a.train_sampling, a.val_sampling,
-                        _adapter_of(a, policies[a.policy]), a.trainable)
+        role: AgentSpec(behaviours[role], served_policy(role) if a.server else a.policy, a.train_sampling,
+                        a.val_sampling, None if a.server else _adapter_of(a, policies[a.policy]), a.trainable)
         for role, a in agents.items()
     }
+    servers = {served_policy(role): (a.policy, a.server) for role, a in agents.items() if a.server}
     pool = None
     if not isinstance(cfg, EvalRunConfig):  # evaluation plays no pool (its own model.opponent instead)
         sp = cfg.self_play
@@ -131,7 +135,8 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     worker_specs = [dataclasses.replace(spec, engine_options={**spec.engine_options,
                                                               "gpu_memory_utilization": sized[spec.policy]})
                     if spec.policy in sized else spec for spec in worker_specs]
-    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory, pool)
+    return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory,
+                   servers=servers, pool=pool)
 
 
 def executor_config_of(cfg: Config) -> ExecutorConfig:
@@ -155,6 +160,16 @@ def _build_agent(role: str, cls: type, options: dict) -> Agent:
 
 
 SHARED_ADAPTER = "shared"
+SERVED = "server:"
+
+
+def served_policy(role: str) -> str:
+    """The client name of the server that plays agent ``role`` (``agents.<role>.server.url``)."""
+    return f"{SERVED}{role}"
+
+
+def is_served(policy: str) -> bool:
+    return policy.startswith(SERVED)
 
 
 def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:

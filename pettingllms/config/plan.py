@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from pettingllms.config.frozen import evolve, thaw
 from pettingllms.config.graph import acting_graph
-from pettingllms.config.schema import AgentConfig, Config, ModelConfig, SamplingConfig
+from pettingllms.config.schema import AgentConfig, AgentServerConfig, Config, ModelConfig, SamplingConfig
 from pettingllms.core.choices import Specialization
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.graph import AgentGraph
@@ -33,6 +33,7 @@ class AgentPlan:
     val_sampling: SamplingParams
     cls: str | None
     options: Mapping
+    server: AgentServerConfig | None = None  # agents.<role>.server: a served model plays the agent (never trained)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,13 @@ def _with_policy(agent: AgentConfig, policy: str) -> AgentConfig:
 
 
 def _agent_plan(role: str, a: AgentConfig, level: str) -> AgentPlan:
+    served = a.server.url is not None
+    if served and a.trainable:
+        raise ConfigError(f"agents.{role}.server.url={a.server.url}: a served model is never updated, so the agent "
+                          f"cannot train; set agents.{role}.trainable=false")
+    if served and not a.server.url.startswith(("http://", "https://")):
+        raise ConfigError(f"agents.{role}.server.url must be an http(s) API root such as http://host:8000/v1, got "
+                          f"{a.server.url!r}")
     return AgentPlan(
         role=role,
         policy=a.policy,
@@ -119,6 +127,7 @@ def _agent_plan(role: str, a: AgentConfig, level: str) -> AgentPlan:
         val_sampling=_sampling(a.val_sampling, f"agents.{role}.val_sampling"),
         cls=a.cls,
         options=thaw(a.options),
+        server=a.server if served else None,
     )
 
 

@@ -86,6 +86,8 @@ RANGES: dict[str, Range] = {
     "base_models.<name>.cpus_per_rank": at_least(0, "0 = automatic"),
     # agents.<name>
     **{f"agents.<name>.{which}.{key}": r for which in ("train_sampling", "val_sampling") for key, r in _SAMPLING.items()},
+    "agents.<name>.server.timeout_s": above(0, "seconds per request, in total"),
+    "agents.<name>.server.max_retries": within(0, 100, "retries per request"),
     # env, rollout, reward
     "env.max_val_problems": at_least(0, "0 = every problem"),
     "env.max_turns": at_least(0, "0 = the env's own default"),

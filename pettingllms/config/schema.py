@@ -112,11 +112,30 @@ class SamplingConfig(Freezable):
 
 
 @dataclass
+class AgentServerConfig(Freezable):
+    url: Optional[str] = setting(None, "an OpenAI-compatible API root, including `/v1`, whose model plays this agent "
+                                       "(a fixed opponent or teammate: needs `trainable=false`); `null`: the agent's "
+                                       "policy generates ([self_play.md](self_play.md#opponents))")
+    model: Optional[str] = setting(None, "the server's model name; `null` = the agent's policy's `path`")
+    api_key_env: str = setting("OPENAI_API_KEY", "environment variable whose value is sent as the bearer token, if "
+                                                 "set")
+    prompt_format: PromptFormat = setting(PromptFormat.ids, "what the server is sent. `ids`: the prompt's token ids, "
+                                                            "rendered with the agent's policy's chat template; `text`: "
+                                                            "that prompt decoded (servers that take no ids)")
+    vllm_extras: bool = setting(True, "send vLLM/sglang fields (`top_k`, `return_token_ids`); `false` for strict "
+                                      "OpenAI servers")
+    timeout_s: float = setting(120.0, "seconds per request, in total; a request still failing after retries is a "
+                                      "failed generation")
+    max_retries: int = setting(2, "retries per request, on connection errors, 429 and 5xx")
+
+
+@dataclass
 class AgentConfig(Freezable):
     policy: str = setting("policy_0", "which `base_models` entry generates for and learns from this agent")
     cls: Optional[str] = setting(None, "another agent class (registry name or `module:Class`); `null` = the env's "
                                        "own")
     trainable: bool = setting(True, "`false`: the agent acts, but its samples are never trained on")
+    server: AgentServerConfig = field(default_factory=AgentServerConfig)
     train_sampling: SamplingConfig = field(default_factory=SamplingConfig)
     val_sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.0))
     options: Dict[str, Any] = setting({}, "keyword options for the agent class (`agents.<role>.options.key=value`), "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator, Mapping, Sequence
 
+from pettingllms.assembly.plan import is_served
 from pettingllms.config.frozen import evolve
 from pettingllms.config.schema import EvalModelConfig, ModelConfig
 from pettingllms.core import ConfigError
@@ -89,5 +90,6 @@ def seatings(agent_specs: Mapping[str, AgentSpec], opponent: bool
                           "for a single-agent env against a fixed player use the env's own option (e.g. "
                           "env.options.opponent=random)")
     for seat in agent_specs:
-        yield seat, {role: spec if role == seat else dataclasses.replace(spec, policy=PREFIX + spec.policy)
-                     for role, spec in agent_specs.items()}
+        # an agent a server plays (agents.<role>.server) keeps its server in every pass
+        yield seat, {role: spec if role == seat or is_served(spec.policy)
+                     else dataclasses.replace(spec, policy=PREFIX + spec.policy) for role, spec in agent_specs.items()}

@@ -27,7 +27,8 @@ from typing import Any, Collection, Iterator, Mapping
 
 from tqdm import tqdm
 
-from pettingllms.assembly.plan import check_prompts
+from pettingllms.assembly.plan import check_prompts, is_served
+from pettingllms.assembly.served_agents import served_agents
 from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
 from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
@@ -220,9 +221,14 @@ def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, 
     roles = list(dict.fromkeys(role for t in tasks for role in t.plan.agents))
     specs = merge_specs([spec for t in tasks for spec in t.plan.worker_specs])
     evaluated = load_policies(cfg.model, specs, roles, settings.seed, checkpoint)
-    if not cfg.model.opponent:
-        return evaluated
     try:
+        for task in tasks:  # agents.<role>.server: agents a served model plays, beside the evaluated ones
+            if task.plan.servers:
+                served = served_agents(task.plan, evaluated.clients)
+                evaluated = merged(evaluated, LoadedPolicies(served.clients, described=served.described,
+                                                             engines=served.engines))
+        if not cfg.model.opponent:
+            return evaluated
         return merged(evaluated, load_opponent(cfg.model, specs, roles, settings.seed))
     except BaseException:
         evaluated.close()
@@ -234,7 +240,8 @@ def _executor(task: EnvTask, agent_specs: Mapping[str, AgentSpec], policies: Loa
     """The trainer's executor with each agent's eval sampling (validation mode is independent episodes).
     ``agent_specs``: the task's, or a seating's against an opponent (``eval/opponents.py``)."""
     specs = {
-        role: dataclasses.replace(spec, val_sampling=sampling[role], adapter=spec.adapter if is_opponent(spec.policy)
+        role: dataclasses.replace(spec, val_sampling=sampling[role],
+                                  adapter=spec.adapter if is_opponent(spec.policy) or is_served(spec.policy)
                                   else policies.agent_adapters.get(role, spec.adapter))
         for role, spec in agent_specs.items()
     }

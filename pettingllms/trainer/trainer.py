@@ -21,6 +21,7 @@ from pathlib import Path
 from pettingllms.algo.grpo import score_samples
 from pettingllms.assembly.describe import describe_agents, describe_plan
 from pettingllms.assembly.opponent_pool import OpponentPool
+from pettingllms.assembly.served_agents import served_agents
 from pettingllms.assembly.plan import RunPlan, plan
 from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, locate_models,
                                             resolve_models)
@@ -108,6 +109,7 @@ class Trainer:
         directories = resolve_models(cfg, self.plan)
         self.plan = self.plan.resolved(directories)
         codecs = chat_codecs(cfg, self.plan, directories)
+        codecs.update({name: codecs[policy] for name, (policy, _) in self.plan.servers.items() if policy in codecs})
         check_first_prompts(cfg, self.plan, codecs, self.train_problems, self.benchmarks)
         self.run_dir, resume_from = self._choose_run_dir()
         self._release.callback(RunLock.acquire(self.run_dir).release)  # one writer per run, from here on
@@ -127,6 +129,10 @@ class Trainer:
                                     cfg.resources.ray_namespace)
         self._release.callback(self._shutdown_policies)
         clients = self.policies.clients()
+        if self.plan.servers:  # agents.<role>.server: agents a served model plays (checked before the first step)
+            served = served_agents(self.plan, clients)
+            self._release.callback(served.close)
+            clients.update(served.clients)
         self.executor = rollout_for(self.plan.env, self.plan.agent_specs, clients, self.plan.executor_config)
         if isinstance(self.executor, ProgramRollout):  # its gateway's server thread
             self._release.callback(self.executor.close)
