@@ -7,7 +7,8 @@ those ids (nothing is re-tokenised).
 
 - aiohttp, on 127.0.0.1 and a free port, in a thread of its own with its own event loop, so a program that calls
   it with a blocking client (``openai.OpenAI``) from ``async def run`` slows only itself;
-- ``POST /v1/chat/completions`` and ``GET /v1/models``. Bearer token: ``<secret>.<run id>``, a fresh secret per
+- ``POST /v1/chat/completions``, ``POST /v1/responses`` (OpenAI's Responses API, the Agents SDK's default model
+  class; translated to a chat completion and back, ``rollout/responses_api.py``) and ``GET /v1/models``. Bearer token: ``<secret>.<run id>``, a fresh secret per
   gateway and one key per program run (``key_for``), so every call is attributed to its run without the program's
   help. 401 for another key, 404 for an unknown ``model`` (listing the agents), 400 naming the field for a malformed
   request or one the gateway does not serve (``n`` > 1, ``tool_choice`` forcing a call, ``tools`` for a model whose
@@ -38,7 +39,9 @@ from typing import Any, Iterable, Mapping
 
 from pettingllms.core.part_clock import PartClock
 from pettingllms.core.types import Completion, GenerationRequest, GenerationResult, SamplingParams
+from pettingllms.rollout import responses_api
 from pettingllms.rollout.policy_client import PolicyClient
+from pettingllms.rollout.request_error import RequestError
 from pettingllms.rollout.tool_calls import parse_tool_calls, tool_call_format
 
 log = logging.getLogger(__name__)
@@ -66,12 +69,6 @@ class Call:
     prompt_ids: tuple[int, ...]
     completion: Completion
     sampling: SamplingParams
-
-
-class RequestError(Exception):
-    def __init__(self, status: int, message: str, code: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.code = status, code
 
 
 class _Batches:
@@ -162,6 +159,7 @@ class Gateway:
 
         app = web.Application(client_max_size=16 * 2**20)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -214,21 +212,47 @@ class Gateway:
     async def _chat(self, request) -> Any:
         from aiohttp import web
 
+        answered = await self._answer(request, lambda body: body)
+        if not isinstance(answered, tuple):
+            return answered  # the error's response
+        body, reply = answered
+        if body.get("stream"):
+            return await self._stream(request, reply, body)
+        return web.json_response(reply)
+
+    async def _responses(self, request) -> Any:
+        """OpenAI's Responses API, translated to a chat completion and back (``rollout/responses_api.py``)."""
+        from aiohttp import web
+
+        answered = await self._answer(request, responses_api.chat_body)
+        if not isinstance(answered, tuple):
+            return answered
+        body, reply = answered
+        response = responses_api.response_object(reply, body)
+        if not body.get("stream"):
+            return web.json_response(response)
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await stream.prepare(request)
+        for event in responses_api.stream_events(response):
+            await stream.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+        await stream.write_eof()
+        return stream
+
+    async def _answer(self, request, to_chat) -> Any:
+        """(the request's body, the chat reply) for an authorised request whose body ``to_chat`` turns into a chat
+        completion request; or the error's response."""
         try:
             run = self._run_of(request)
             try:
                 body = await request.json()
             except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
                 raise RequestError(400, f"the request body is not JSON: {exc}") from exc
-            reply = await self._complete(run, body)
+            return body, await self._complete(run, to_chat(body))
         except RequestError as exc:
             return self._error(exc)
         except Exception as exc:  # the engine's or ours: the program gets the reason, the log the traceback
             log.exception("the gateway failed to answer a request")
             return self._error(RequestError(500, f"the gateway failed: {type(exc).__name__}: {exc}", "server_error"))
-        if body.get("stream"):
-            return await self._stream(request, reply, body)
-        return web.json_response(reply)
 
     async def _stream(self, request, reply: dict[str, Any], body: dict[str, Any]) -> Any:
         """A completion as server-sent events, for clients that stream: the whole message in one delta once it is

@@ -182,3 +182,104 @@ def test_a_streamed_tool_call(served):
     assert [(call.index, call.function.name, json.loads(call.function.arguments)) for call in calls] == \
         [(0, "open_vault", {"code": 42})]
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+# ------------------------------------------------------------------------------------------- the Responses API
+RESPONSES_TOOL = {"type": "function", "name": "open_vault", "description": "Try a code on the vault.",
+                  "parameters": VAULT_TOOL["function"]["parameters"]}
+
+
+def test_the_responses_api_round_trip_with_a_function_call_through_the_openai_client(served):
+    server, codec = served
+    client = _client(server)
+    before = len(server.calls("run"))
+    first = client.responses.create(model="solver", instructions="You open vaults.", input="Open the vault.",
+                                    tools=[RESPONSES_TOOL])
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert (call.name, json.loads(call.arguments)) == ("open_vault", {"code": 42})
+    assert first.status == "completed" and first.output_text == "Let me try."
+    second = client.responses.create(model="solver", instructions="You open vaults.", tools=[RESPONSES_TOOL], input=[
+        {"role": "user", "content": "Open the vault."},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "opened"}])
+    assert second.output_text == "The vault is open." and second.usage.output_tokens > 0
+    calls = server.calls("run")[before:]
+    assert len(calls) == 2
+    rendered = codec.tokenizer.decode(list(calls[1].prompt_ids))
+    assert "You open vaults." in rendered and "<tool_response>\nopened\n</tool_response>" in rendered
+    # the same conversation as chat messages renders to the same ids: one template, whichever API asked
+    chat = codec.encode_chat([
+        {"role": "system", "content": "You open vaults."}, {"role": "user", "content": "Open the vault."},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": call.call_id, "type": "function", "function": {
+            "name": "open_vault", "arguments": call.arguments}}]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": "opened"}], [VAULT_TOOL])
+    assert tuple(chat) == calls[1].prompt_ids
+
+
+def test_a_streamed_response_ends_with_the_whole_response():
+    from pettingllms.rollout.responses_api import response_object, stream_events
+
+    reply = {"id": "chatcmpl-r-a-0", "created": 1, "model": "solver", "usage": {
+        "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, "choices": [{"finish_reason": "tool_calls",
+        "message": {"role": "assistant", "content": "Let me try.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "open_vault", "arguments": "{\"code\": 42}"}}]}}]}
+    events = stream_events(response_object(reply, {"model": "solver"}))
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+    assert [e["item"]["type"] for e in events if e["type"] == "response.output_item.done"] == \
+        ["message", "function_call"]
+    assert events[-1]["response"]["output"][1]["call_id"] == "c1"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_agents_sdk_program_with_the_default_responses_model_runs_through_the_gateway(served, streamed):
+    """The SDK's defaults: ``Agent(model=<agent name>)`` over the default client, which speaks the Responses API."""
+    pytest.importorskip("agents")
+    import asyncio
+
+    from agents import (Agent, RunConfig, Runner, function_tool, set_default_openai_client, set_default_openai_api,
+                        set_tracing_disabled)
+    from openai import AsyncOpenAI
+
+    server, _ = served
+    tried: list[int] = []
+
+    @function_tool
+    def open_vault(code: int) -> str:
+        """Try a code on the vault."""
+        tried.append(code)
+        return "opened"
+
+    async def program() -> str:
+        set_tracing_disabled(True)
+        client = AsyncOpenAI(base_url=server.base_url, api_key=server.key_for("run"), max_retries=0)
+        set_default_openai_client(client, use_for_tracing=False)
+        set_default_openai_api("responses")
+        agent = Agent(name="solver", tools=[open_vault], model="solver")
+        try:
+            if streamed:
+                result = Runner.run_streamed(agent, "Open the vault.", run_config=RunConfig(tracing_disabled=True))
+                async for _ in result.stream_events():
+                    pass
+            else:
+                result = await Runner.run(agent, "Open the vault.", run_config=RunConfig(tracing_disabled=True))
+        finally:
+            await client.close()
+        return str(result.final_output)
+
+    before = len(server.calls("run"))
+    assert asyncio.run(program()) == "The vault is open."
+    assert tried == [42]
+    assert len(server.calls("run")) - before == 2
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"previous_response_id": "resp-1"}, "previous_response_id"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]}, "input_image"),
+    ({"tools": [{"type": "web_search"}]}, "web_search"),
+    ({"input": [{"type": "item_reference", "id": "x"}]}, "item_reference"),
+])
+def test_responses_requests_it_cannot_serve_are_refused_naming_the_field(served, extra, field):
+    server, _ = served
+    with pytest.raises(openai.BadRequestError, match=field):
+        _client(server).responses.create(**{"model": "solver", "input": "Open the vault.", **extra})
