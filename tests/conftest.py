@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def make_executor() -> Callable:
     """Build an Executor over the toy env with one scripted policy per entry of ``scripts``."""
     from pettingllms.core import SamplingParams
-    from pettingllms.core.env import make_agents
+    from pettingllms.core.registry import make_agents
     from pettingllms.rollout.executor import AgentSpec, Executor
     from settings_support import executor_config
     from pettingllms.rollout.policy_client import LocalPolicyClient

@@ -123,3 +123,75 @@ def test_an_upward_import_is_caught(tmp_path, placement):
     assert violations(import_edges(tree), table) == [
         "core -> trainer is not allowed by the layer table: pettingllms/core/types.py"
     ]
+
+
+# ---------------------------------------------------------------------------------------------- import circles
+
+def module_graph(root: Path, top: str = "pettingllms") -> dict[str, set[str]]:
+    """Module -> the project modules it imports (at any depth: lazy imports count), for the tree at ``root``.
+    ``from a.b import c`` names module ``a.b.c`` when that is a file, else ``a.b``."""
+    def name_of(path: Path) -> str:
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {name_of(path): path for path in root.rglob("*.py")}
+    graph = {}
+    for module, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names if alias.name in files}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(top):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    targets.add(sub if sub in files else node.module)
+        graph[module] = {t for t in targets if t in files and t != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_files_import_each_other_even_through_others():
+    assert circles(module_graph(PACKAGE)) == []
+
+
+def test_an_import_circle_is_caught(tmp_path):
+    """The check can fail: two modules of one package that import each other, one of them lazily."""
+    tree = tmp_path / "pettingllms" / "entry"
+    tree.mkdir(parents=True)
+    (tree.parent / "__init__.py").write_text("")
+    (tree / "__init__.py").write_text("")
+    (tree / "train.py").write_text("def f():\n    from pettingllms.entry.rehearse import go\n")
+    (tree / "rehearse.py").write_text("from pettingllms.entry import train\n")
+    assert circles(module_graph(tmp_path / "pettingllms")) == [["pettingllms.entry.rehearse",
+                                                                 "pettingllms.entry.train"]]

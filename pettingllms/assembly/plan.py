@@ -17,7 +17,7 @@ from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_ut
 from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, slot_adapters
 from pettingllms.config.schema import AgentServerConfig, Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
-from pettingllms.core.env import make_agents
+from pettingllms.core.registry import make_agents
 from pettingllms.core.program import AgentProgram
 from pettingllms.core.registry import find_env_class, get_agent_class, import_modules
 from pettingllms.learner import KLPenalty, LearnerConfig

@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from pettingllms.core.env import Agent, Env, Problem, decides_who_acts, has_outcome, make_agents
+from pettingllms.core.env import Agent, Env, Problem, decides_who_acts, has_outcome
+from pettingllms.core.registry import make_agents
 from pettingllms.core.types import Transition
 
 GARBAGE_RESPONSES: tuple[str, ...] = (

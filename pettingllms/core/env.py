@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 from pettingllms.core.errors import ConfigError
 from pettingllms.core.graph import AgentGraph
@@ -147,30 +147,3 @@ def decides_who_acts(env: Env) -> bool:
 def has_outcome(env: Env) -> bool:
     """Whether ``env`` reports per-agent outcomes (overrides ``Env.outcome``): a game."""
     return type(env).outcome is not Env.outcome
-
-
-def make_agents(
-    env: Env,
-    classes: Mapping[str, str] | None = None,
-    options: Mapping[str, Mapping[str, Any]] | None = None,
-    build: Callable[[str, type, dict[str, Any]], Agent] | None = None,
-) -> dict[str, Agent]:
-    """Build one agent per role of ``env.graph``.
-
-    ``classes`` overrides a role's agent class (a registry name or ``"module:Class"``); ``options`` passes
-    keyword options per role; ``build(role, cls, options)`` constructs one agent (default ``cls(role, **options)``;
-    a run's plan checks the options and words the errors).
-    """
-    from pettingllms.core.registry import get_agent_class  # local: registry imports nothing from here
-
-    classes = {**env.agent_classes, **(classes or {})}
-    agents = {}
-    for role in env.graph.agents:
-        if role not in classes:
-            env_name = type(env).__name__
-            raise ConfigError(f"{env_name} has no agent class for role {role!r} (classes are set for "
-                              f"{sorted(classes)}): add {role!r} to {env_name}.agent_classes, or set "
-                              f"agents.{role}.cls=<module:Class>")
-        cls, role_options = get_agent_class(classes[role]), dict((options or {}).get(role, {}))
-        agents[role] = build(role, cls, role_options) if build else cls(role, **role_options)
-    return agents

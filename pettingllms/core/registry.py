@@ -22,9 +22,10 @@ import os
 import sys
 import traceback
 from importlib.metadata import entry_points
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from pettingllms.core.errors import PettingLLMsError, RegistryError
+from pettingllms.core.env import Agent, Env
+from pettingllms.core.errors import ConfigError, PettingLLMsError, RegistryError
 
 PLUGIN_GROUP = "pettingllms.plugins"
 _plugins_loaded = False
@@ -191,15 +192,11 @@ register_agent: Callable[..., Any] = AGENTS.register
 
 def get_env_class(name: str) -> type:
     """The ``Env`` subclass registered as ``name`` (or named ``"module:Class"``); anything else is refused."""
-    from pettingllms.core.env import Env  # local: env.py imports the registry lazily too
-
     return _subclass_of(Env, ENVS.get(name), name)
 
 
 def get_agent_class(name: str) -> type:
     """The ``Agent`` subclass registered as ``name`` (or named ``"module:Class"``); anything else is refused."""
-    from pettingllms.core.env import Agent
-
     return _subclass_of(Agent, AGENTS.get(name), name)
 
 
@@ -224,3 +221,28 @@ def find_env_class(name: str, imports: Sequence[str] = (), *, named: str = "env.
                 f"register_env({name!r}, ...))" if not imports else
                 f"none of {import_with.format(','.join(imports))} registered it: check the name given to register_env")
         raise RegistryError(f"{named.format(name)} is not registered; {hint}. {exc}") from exc
+
+
+def make_agents(
+    env: Env,
+    classes: Mapping[str, str] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    build: Callable[[str, type, dict[str, Any]], Agent] | None = None,
+) -> dict[str, Agent]:
+    """Build one agent per role of ``env.graph``.
+
+    ``classes`` overrides a role's agent class (a registry name or ``"module:Class"``); ``options`` passes
+    keyword options per role; ``build(role, cls, options)`` constructs one agent (default ``cls(role, **options)``;
+    a run's plan checks the options and words the errors).
+    """
+    classes = {**env.agent_classes, **(classes or {})}
+    agents = {}
+    for role in env.graph.agents:
+        if role not in classes:
+            env_name = type(env).__name__
+            raise ConfigError(f"{env_name} has no agent class for role {role!r} (classes are set for "
+                              f"{sorted(classes)}): add {role!r} to {env_name}.agent_classes, or set "
+                              f"agents.{role}.cls=<module:Class>")
+        cls, role_options = get_agent_class(classes[role]), dict((options or {}).get(role, {}))
+        agents[role] = build(role, cls, role_options) if build else cls(role, **role_options)
+    return agents

@@ -82,7 +82,7 @@ def rehearse(config_name: str, overrides: Sequence[str], config_dir: str | None 
     work_dir: where the steps' run directory and export go (default: a temporary directory, removed afterwards).
     engine: ``vllm`` or ``hf`` for the steps (default: vLLM when it is installed).
     """
-    from pettingllms.entry.train import load_config
+    from pettingllms.entry.run import load_config
 
     report = Rehearsal()
     cfg = load_config(config_name, overrides, config_dir)
@@ -160,7 +160,7 @@ def check_placements(specs, placements: dict[str, list[dict[str, Any]]]) -> None
 # ----------------------------------------------------------------------------------------------------- phase 2
 def data_overrides(cfg, report: Rehearsal) -> list[str]:
     """[] when the config's data is on this machine; else the domain's offline set (and the reason)."""
-    from pettingllms.entry.train import check_run
+    from pettingllms.entry.run import check_run
 
     try:
         check_run(cfg)
@@ -179,7 +179,7 @@ def data_overrides(cfg, report: Rehearsal) -> list[str]:
 def steps(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None, work: Path, engine: str,
           report: Rehearsal) -> None:
     from pettingllms.assembly.rehearsal import step_overrides
-    from pettingllms.entry.train import load_config, train
+    from pettingllms.entry.run import load_config, train
 
     work.mkdir(parents=True, exist_ok=True)
     run_root = work / "logs"

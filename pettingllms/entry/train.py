@@ -27,6 +27,8 @@ from typing import Sequence
 
 from pettingllms.core import ConfigError, PettingLLMsError, StoppedBySignal
 from pettingllms.entry import console_logging
+# a run from a config (also what tests, benchmarks and the rehearsal import from here)
+from pettingllms.entry.run import check_run, load_config, run_checks, run_training, train  # noqa: F401
 
 log = logging.getLogger("pettingllms.entry")
 MULTIRUN_FLAGS = ("--multirun", "-m")
@@ -66,95 +68,6 @@ def split_flags(argv: Sequence[str]) -> tuple[bool, bool, list[str]]:
 
 
 REHEARSE_FLAG = "--rehearse"
-
-
-def load_config(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | None = None):
-    """The typed config; bad keys, values and tracker names raise ConfigError here, before anything loads."""
-    from pettingllms.config.load import compose, to_schema
-    from pettingllms.trainer.tracking import check_backends
-
-    cfg = to_schema(compose(config_name, overrides, config_dir))
-    check_backends(cfg.training.logger)
-    return cfg
-
-
-def check_run(cfg) -> list[str]:
-    """``run_checks``, raising one ConfigError that lists every problem found (the multirun's check of each job)."""
-    lines, problems = run_checks(cfg)
-    if len(problems) == 1:
-        raise problems[0]
-    if problems:
-        raise ConfigError("\n".join([f"{len(problems)} problems stop this run:"] +
-                                     [f"  {i}. {p}" for i, p in enumerate(problems, 1)]))
-    return lines
-
-
-def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
-    """Check what the run needs to start, as the trainer will, without loading weights, downloading, converting or
-    starting a process: the plan (env, agents, policies, worker layout, the GPU memory plan), every row of its data,
-    every policy's engine and model (here, or downloadable: what would be downloaded is said) with its chat
-    template on the first prompts, the placement, the checkpoint a resume continues. Returns (the summary lines,
-    every problem found): one problem never hides the next, so a login node without the model still sees the plan,
-    the data and the rest. A config that cannot be planned raises, as nothing else can be checked without it."""
-    from pettingllms.assembly.describe import describe_plan
-    from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
-    from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_models,
-                                                locate_models)
-    from pettingllms.data.problems import describe_data, preview_problems
-    from pettingllms.runtime.placement import check_here
-
-    run_plan = plan(cfg)
-    env = run_plan.env
-    problems: list[PettingLLMsError] = []
-
-    def attempt(check, *args):
-        try:
-            return check(*args)
-        except PettingLLMsError as exc:
-            if str(exc) not in map(str, problems):  # the data's listing and its preview read the same files
-                problems.append(exc)
-            return None
-
-    attempt(check_engines, run_plan)
-    data = attempt(describe_data, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark) or []
-    sources = attempt(locate_models, cfg, run_plan)
-    codecs = None if sources is None else attempt(
-        chat_codecs, cfg, run_plan, {name: source.directory for name, source in sources.items()})
-    previews = attempt(preview_problems, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
-                       PREFLIGHT_PROBLEMS, cfg.env.max_val_problems)
-    if codecs is not None and previews is not None:
-        attempt(check_first_prompts, cfg, run_plan, codecs, *previews)
-    placement = attempt(check_here, [spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
-    resume = attempt(resume_line, cfg.training)
-    lines = [describe_plan(run_plan), f"placement: {placement if placement is not None else '(see the problems)'}",
-             *data, *(describe_models(sources, codecs) if sources is not None and codecs is not None else []),
-             *([resume] if resume is not None else [])]
-    return lines, problems
-
-
-def resume_line(training) -> str:
-    """What the run would continue from, its files checked as a resume checks them (index, shard sizes, RNG states,
-    nothing leading out of the step directory); raises their one-line refusal."""
-    from pettingllms.runtime import checkpoints as ckpt
-    from pettingllms.trainer.run_dir import resume_point
-
-    point = resume_point(training.log_dir, training.experiment_name, training.resume)
-    if point is None or point[1] is None:
-        return "resume:   none (a fresh run directory)"
-    ckpt.check_checkpoint(point[1])
-    return f"resume:   {point[1]} (its files checked)"
-
-
-def train(cfg):
-    from pettingllms.trainer.trainer import Trainer
-
-    with Trainer(cfg) as trainer:  # released on any error, in setup or in training
-        results = trainer.fit()
-    return trainer, results
-
-
-def run_training(config_name: str = "train", overrides: Sequence[str] = (), config_dir: str | None = None):
-    return train(load_config(config_name, overrides, config_dir))
 
 
 # ----------------------------------------------------------------------------------------------------- sweeps

@@ -236,7 +236,7 @@ def check_program(env: AgentProgram, seed: int = 0, name: str | None = None, run
 
 
 def _scripted_rollout(env: AgentProgram, script, problems: Sequence[Problem], runs: int) -> RolloutResult:
-    from pettingllms.core.env import make_agents
+    from pettingllms.core.registry import make_agents
     from pettingllms.core.types import SamplingParams
     from pettingllms.rollout.scripted import ScriptedEngine
 

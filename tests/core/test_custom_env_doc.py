@@ -16,7 +16,7 @@ import pytest
 from pettingllms.cli import main
 from pettingllms.core import Problem, SamplingParams
 from pettingllms.core.checker import check_env
-from pettingllms.core.env import make_agents
+from pettingllms.core.registry import make_agents
 from pettingllms.core.registry import get_env_class
 from pettingllms.rollout.executor import AgentSpec, Executor
 from settings_support import executor_config

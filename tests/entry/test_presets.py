@@ -182,7 +182,7 @@ def test_the_vault_program_preset_runs_the_sdk_program_through_the_gateway_with_
     """cpu_vault_program: the vault task's two agents as OpenAI Agents SDK agents; the prompts the gateway records
     are the vault env's own (worked example included), and one tiny step runs with validation before and after."""
     pytest.importorskip("agents", reason="the programs extra")
-    from pettingllms.core.env import make_agents
+    from pettingllms.core.registry import make_agents
     from pettingllms.entry.train import run_training
     from pettingllms.envs.vault.env import VaultEnv
 

@@ -8,7 +8,7 @@ import pytest
 from pettingllms.envs.code.env import CodeEnv, CodeState, CoderAgent, TesterAgent
 from pettingllms.core import InfrastructureError, Problem
 from pettingllms.core.checker import check_env
-from pettingllms.core.env import make_agents
+from pettingllms.core.registry import make_agents
 from pettingllms.data.code_sources import humaneval_rows, read_humaneval
 
 FENCE = "```"

@@ -10,7 +10,7 @@ import pytest
 from pettingllms.envs.math.env import MathEnv, MathState, ReasonerAgent, ToolAgent, make_problem
 from pettingllms.envs.math.verifier import MathVerifier
 from pettingllms.core.checker import check_env
-from pettingllms.core.env import make_agents
+from pettingllms.core.registry import make_agents
 
 FENCE = "```"
 

@@ -11,7 +11,7 @@ from pettingllms.envs.common import parsing
 from pettingllms.envs.code.env import CodeEnv
 from pettingllms.envs.math.env import MathEnv
 from pettingllms.core.checker import GARBAGE_RESPONSES, random_responses
-from pettingllms.core.env import make_agents
+from pettingllms.core.registry import make_agents
 
 FENCE = "```"
 ADVERSARIAL = (

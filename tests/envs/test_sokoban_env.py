@@ -201,7 +201,7 @@ def test_a_real_bfs_program_in_the_sandbox_solves_a_generated_level():
 
 
 def _agents(e):
-    from pettingllms.core.env import make_agents
+    from pettingllms.core.registry import make_agents
 
     agents = make_agents(e)
     return agents[TOOL], agents[PLAN]

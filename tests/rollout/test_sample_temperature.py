@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pettingllms.core import Problem, SamplingParams
-from pettingllms.core.env import make_agents
+from pettingllms.core.registry import make_agents
 from pettingllms.envs.toy.env import TargetsEnv
 from pettingllms.rollout.executor import AgentSpec, Executor
 from settings_support import executor_config
