@@ -8,27 +8,41 @@ Ties are broken by group id, so the result is deterministic.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from pettingllms.algo.advantage import GroupStats
-from pettingllms.core.choices import GroupFilter
 
-FILTERS = GroupFilter.values()
+def _none(stats: GroupStats, ratio: float, tol: float) -> torch.Tensor:
+    return torch.ones_like(stats.count, dtype=torch.bool)
+
+
+def _dapo(stats: GroupStats, ratio: float, tol: float) -> torch.Tensor:
+    return stats.std > tol
+
+
+def _std(stats: GroupStats, ratio: float, tol: float) -> torch.Tensor:
+    return ~_lowest_fraction(stats.std, stats.count > 0, ratio)
+
+
+def _mean(stats: GroupStats, ratio: float, tol: float) -> torch.Tensor:
+    return ~_lowest_fraction(stats.mean, stats.count > 0, ratio)
+
+
+# The registry, keyed by ``algorithm.filter``'s choices (core/choices.py): a new filter is a function here and its
+# name there. Each says which groups it keeps; ``keep_groups`` drops the empty ones whatever it says.
+FILTERS: dict[str, Callable[[GroupStats, float, float], torch.Tensor]] = {
+    "none": _none, "dapo": _dapo, "std": _std, "mean": _mean}
 
 
 def keep_groups(stats: GroupStats, method: str = "none", ratio: float = 0.0, tol: float = 1e-8) -> torch.Tensor:
     """Shapes: stats over G groups -> keep (G,) bool. Groups with no valid rows are never kept."""
     if method not in FILTERS:
-        raise ValueError(f"unknown group filter {method!r}; choose one of {FILTERS}")
+        raise ValueError(f"unknown group filter {method!r}; choose one of {list(FILTERS)}")
     if not 0.0 <= ratio < 1.0:
         raise ValueError(f"filter ratio must be in [0, 1), got {ratio}")
-    present = stats.count > 0
-    if method == "none":
-        return present
-    if method == "dapo":
-        return present & (stats.std > tol)
-    score = stats.std if method == "std" else stats.mean
-    return present & ~_lowest_fraction(score, present, ratio)
+    return (stats.count > 0) & FILTERS[method](stats, ratio, tol)
 
 
 def _lowest_fraction(score: torch.Tensor, present: torch.Tensor, ratio: float) -> torch.Tensor:

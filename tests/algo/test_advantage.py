@@ -126,3 +126,10 @@ def test_a_non_finite_reward_never_reaches_the_group_statistics_silently():
     samples[2] = dataclasses.replace(samples[2], nonfinite_reward=True)  # reward.non_finite=drop: out of the group
     dropped = score_samples(samples, AdvantageConfig())
     assert dropped.in_loss == [True, True, False] and dropped.advantages[0] > 0 > dropped.advantages[1]
+
+
+def test_every_filter_choice_has_its_function_in_the_registry():
+    from pettingllms.algo.filters import FILTERS
+    from pettingllms.core.choices import GroupFilter
+
+    assert set(FILTERS) == set(GroupFilter.values())
