@@ -12,7 +12,7 @@ from pettingllms.algo.grpo import AdvantageConfig
 from pettingllms.assembly.construct import accepted_options, check_options, construct
 from pettingllms.config.frozen import thaw
 from pettingllms.config.graph import acting_graph
-from pettingllms.config.plan import AgentPlan, PolicyPlan, plan_run
+from pettingllms.config.specialization import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_utilizations
 from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, slot_adapters
 from pettingllms.config.schema import AgentServerConfig, Config, EvalRunConfig

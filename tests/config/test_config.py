@@ -9,7 +9,7 @@ import yaml
 
 import pettingllms
 from pettingllms.config.load import compose, to_schema
-from pettingllms.config.plan import plan_run
+from pettingllms.config.specialization import plan_run
 from pettingllms.core import ConfigError
 
 ROLES = ["alice", "bob"]

@@ -14,7 +14,7 @@ from pettingllms.envs.plan_path.env import PlanPathEnv
 from pettingllms.envs.sokoban.env import SokobanEnv
 from pettingllms.envs.sudoku.env import SudokuEnv
 from pettingllms.config.load import compose, to_schema
-from pettingllms.config.plan import plan_run
+from pettingllms.config.specialization import plan_run
 
 ROOT = Path(__file__).resolve().parents[2]
 GAME_DIR = ROOT / "scripts" / "train" / "game"

@@ -48,7 +48,7 @@ def test_script_is_valid_bash_that_sources_the_launcher(script):
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_script_defaults_compose_into_the_paper_settings(script):
     from pettingllms.config.load import compose, to_schema
-    from pettingllms.config.plan import plan_run
+    from pettingllms.config.specialization import plan_run
     from pettingllms.assembly.plan import build_env
 
     config, defaults = script_defaults(script)
