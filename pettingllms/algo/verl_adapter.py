@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
 import torch
 
 
@@ -29,26 +28,6 @@ class GlobalBatchInfo:
             "batch_num_tokens": self.batch_num_tokens,
             "global_batch_size": self.global_batch_size,
         }
-
-
-def grpo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: np.ndarray,
-    epsilon: float = 1e-6,
-    norm_by_std: bool = True,
-) -> torch.Tensor:
-    """verl's GRPO advantage. Shapes: rewards, mask (bs, T); index (bs,) -> advantages (bs, T)."""
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
-
-    advantages, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=token_level_rewards,
-        response_mask=response_mask,
-        index=index,
-        epsilon=epsilon,
-        norm_adv_by_std_in_grpo=norm_by_std,
-    )
-    return advantages
 
 
 @lru_cache(maxsize=32)

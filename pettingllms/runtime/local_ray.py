@@ -30,10 +30,6 @@ class LocalRay:
 
     private_dir: Path
 
-    @property
-    def temp_dir(self) -> Path:
-        return self.private_dir / RAY_DIR
-
     def stop(self) -> None:
         import ray
 

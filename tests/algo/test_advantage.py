@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
 import pytest
 import torch
 
-from pettingllms.algo import verl_adapter
 from pettingllms.algo.advantage import group_stats, grpo_advantages
 from pettingllms.algo.filters import keep_groups
 from pettingllms.algo.grouping import group_index
@@ -55,7 +53,11 @@ def test_matches_verl_on_random_inputs(seed, norm_by_std):
     token_rewards = torch.zeros(n_groups * k, length)
     token_rewards[torch.arange(n_groups * k), last] = rewards
     ours = grpo_advantages(rewards, group_ids, torch.ones_like(rewards, dtype=torch.bool), norm_by_std, eps=1e-6)
-    theirs = verl_adapter.grpo_outcome_advantage(token_rewards, mask, group_ids.numpy(), 1e-6, norm_by_std)
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # verl's own, called as verl defines it
+
+    theirs, _ = compute_grpo_outcome_advantage(token_level_rewards=token_rewards, response_mask=mask,
+                                               index=group_ids.numpy(), epsilon=1e-6,
+                                               norm_adv_by_std_in_grpo=norm_by_std)
     torch.testing.assert_close(ours[:, None] * mask, theirs, rtol=1e-5, atol=1e-5)
 
 
