@@ -160,24 +160,6 @@ def rows_of(run_dir: Path) -> dict[int, dict]:
     return {r["step"]: {k: v for k, v in r.items() if "timing" not in k and "update_s" not in k} for r in rows}
 
 
-def test_a_run_snapshots_each_step_plays_the_past_versions_and_trains_only_live_seats(tmp_path, nim_path):
-    trainer, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}"])
-    rows = rows_of(trainer.run_dir)
-    assert [rows[s]["self_play/pool_filled"] for s in (1, 2, 3)] == [1.0, 2.0, 2.0]
-    assert rows[1]["self_play/vs_pool_share"] == 0.0  # the pool was empty during step 1's rollout
-    assert rows[2]["self_play/vs_pool_share"] > 0 and "self_play/vs_pool/win_rate" in rows[2]
-    # the samples each policy was scored on: a frozen seat never reaches them
-    for step in (2, 3):
-        lines = (trainer.run_dir / "samples" / f"step_{step:06d}.jsonl").read_text().splitlines()
-        adapters = {json.loads(line)["adapter"] for line in lines}
-        assert adapters <= {"player_0", "player_1"}
-    # the final checkpoint holds the slots' steps: slot 0 was replaced by step 3's copy, slot 1 holds step 2's
-    from pettingllms.runtime import checkpoints as ckpt
-
-    latest = ckpt.read_trainer_state(ckpt.latest_checkpoint(trainer.run_dir / "checkpoints"))
-    assert latest["opponent_pool"] == {"slots": [3, 2]}
-
-
 def test_the_served_slots_hold_bit_identical_copies_taken_after_their_steps_update(tmp_path, nim_path):
     import torch
 
@@ -202,15 +184,26 @@ def test_the_served_slots_hold_bit_identical_copies_taken_after_their_steps_upda
         assert any(moved), "step 3 should have updated a live adapter (else the check above shows nothing)"
 
 
-def test_a_resumed_run_with_a_pool_plays_and_learns_exactly_as_the_uninterrupted_one(tmp_path, nim_path):
+def test_a_run_snapshots_plays_past_versions_trains_live_seats_and_resumes_exactly(tmp_path, nim_path):
+    from pettingllms.runtime import checkpoints as ckpt
+
     straight, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}/a"])
+    rows = rows_of(straight.run_dir)
+    assert [rows[s]["self_play/pool_filled"] for s in (1, 2, 3)] == [1.0, 2.0, 2.0]
+    assert rows[1]["self_play/vs_pool_share"] == 0.0  # the pool was empty during step 1's rollout
+    assert rows[2]["self_play/vs_pool_share"] > 0 and "self_play/vs_pool/win_rate" in rows[2]
+    for step in (2, 3):  # the samples each policy was scored on: a past version's never reach them
+        lines = (straight.run_dir / "samples" / f"step_{step:06d}.jsonl").read_text().splitlines()
+        assert {json.loads(line)["adapter"] for line in lines} <= {"player_0", "player_1"}
+    # the final checkpoint holds the slots' steps: slot 0 was replaced by step 3's copy, slot 1 holds step 2's
+    latest = ckpt.read_trainer_state(ckpt.latest_checkpoint(straight.run_dir / "checkpoints"))
+    assert latest["opponent_pool"] == {"slots": [3, 2]}
+    # stopped after step 2 and resumed: step 3 plays against the restored slots with their restored weights
     first, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}/b", "training.resume=auto",
                                       "training.stop_after_steps=2"])
     resumed, _ = run_training("train", [*TRAIN, f"training.log_dir={tmp_path}/b", "training.resume=auto"])
     assert resumed.run_dir == first.run_dir
-    expected, got = rows_of(straight.run_dir), rows_of(resumed.run_dir)
-    assert got[3] == expected[3]  # step 3 plays against the restored slots with their restored weights
-    assert got[3]["self_play/vs_pool_share"] > 0
+    assert rows_of(resumed.run_dir)[3] == rows[3] and rows[3]["self_play/vs_pool_share"] > 0
 
 
 def test_the_pages_pool_command_plans_with_its_opponents_line():
