@@ -75,3 +75,18 @@ def test_the_run_config_reaches_the_learner_config_and_unknown_keys_are_refused(
         load_config("train", [*base, "optim.lr_typo=1"])
     with pytest.raises(TypeError, match="lr_typo"):
         learner_config(total_steps=5, lr_typo=1)
+
+
+def test_adamw_takes_the_fused_cuda_kernel_only_when_every_parameter_is_on_a_gpu():
+    import torch
+
+    from pettingllms.learner.learner import adamw_kernel
+
+    class OnGpu:
+        is_cuda = True
+
+    assert adamw_kernel([OnGpu(), OnGpu()]) == {"fused": True}
+    assert adamw_kernel([OnGpu(), torch.zeros(1)]) == {}  # a CPU-offloaded shard: torch's default
+    assert adamw_kernel([torch.zeros(1)]) == {} and adamw_kernel([]) == {}
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], **adamw_kernel([torch.zeros(1)]))
+    assert not optimizer.defaults["fused"]
