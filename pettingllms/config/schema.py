@@ -300,6 +300,12 @@ class TrainingConfig(Freezable):
     save_freq: int = setting(0, "checkpoint every N steps; a checkpoint is always written at the end")
     max_ckpt_to_keep: int = setting(0, "keep the newest N checkpoints; 0 = keep all. Older ones are deleted (the one "
                                        "`latest` names never is)")
+    async_checkpoint: bool = setting(False, "write checkpoints while training goes on: each policy's trained weights and "
+                                            "optimizer state are copied into host buffers (pinned on GPUs, kept for the "
+                                            "next save: host memory of that size stays taken) and written by a thread; "
+                                            "`latest` names the checkpoint once it is complete, the next save and the "
+                                            "run's end wait for it. FSDP groups (several ranks) still save at once "
+                                            "([training.md](training.md#the-run-directory))")
     resume: str = setting("auto", "`auto`, `none` or a checkpoint path. `auto` continues the latest run of this "
                                   "experiment that has a checkpoint")
     stop_after_steps: int = setting(0, "stop this process after N steps (job time limits); 0 = no limit. "

@@ -41,7 +41,8 @@ from pettingllms.learner.forward import ForwardPass, training_mode
 from pettingllms.learner.gradients import NonfiniteGradientGuard, clip_gradient
 from pettingllms.learner.kl import KLControllers
 from pettingllms.learner.rollout_check import RolloutAgreement, RolloutCheck
-from pettingllms.learner.state import StateView, export_hf_model, load_sharded, restore, save_sharded, snapshot
+from pettingllms.learner.state import (StateView, export_hf_model, load_sharded, restore, save_sharded, snapshot,
+                                      stage_sharded)
 from pettingllms.learner.streams import Streams
 from pettingllms.learner.tally import StepTally, step_metrics
 
@@ -99,6 +100,7 @@ class PolicyLearner:
         self.kl = KLControllers(config.kl, self.streams.names)
         self.nonfinite = NonfiniteGradientGuard(config.max_nonfinite_grad_steps, policy)
         self.step = 0
+        self._staging: dict[str, torch.Tensor] = {}  # host buffers of an asynchronous checkpoint, reused
         if config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
@@ -362,6 +364,11 @@ class PolicyLearner:
         """Write the weights and optimiser state with DCP into ``directory`` (a collective); returns the state every
         rank shares, for ``load_sharded`` (``learner/state.py::save_sharded``)."""
         return save_sharded(self.state_view(), directory)
+
+    def stage_sharded(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A host copy of what ``save_sharded`` writes, and its meta (``learner/state.py::stage_sharded``); the host
+        buffers are kept for the next save."""
+        return stage_sharded(self.state_view(), self._staging)
 
     def load_sharded(self, directory: str | Path, meta: Mapping[str, Any]) -> None:
         """Restore what ``save_sharded`` wrote (a collective), whatever the number of ranks that wrote it."""

@@ -156,6 +156,50 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
     return learner_meta(view, with_state)
 
 
+def stage_sharded(view: StateView, buffers: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What ``save_sharded`` writes, copied into host buffers, and its meta: the learner may train on while
+    ``write_staged`` writes the copy (an asynchronous checkpoint). ``buffers`` (name -> host tensor) are kept by the
+    caller and reused by the next save, pinned where the state lives on a GPU, so a save after the first costs one
+    device-to-host copy and no allocation. Unsharded learners only: an FSDP group's save is a collective."""
+    with_state = [name for name, param in view.model.named_parameters() if param in view.optimizer.state]
+    state: dict[str, Any] = {"model": _trained_weights(view)}
+    if with_state:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        with _requiring_grad(_optimizer_params(view)):
+            state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
+    on_gpu: list[bool] = []
+    staged = _copied(state, buffers, "", on_gpu)
+    if any(on_gpu):
+        torch.cuda.synchronize()  # the non-blocking copies have landed before anything trains on
+    return staged, learner_meta(view, with_state)
+
+
+def _copied(value: Any, buffers: dict[str, torch.Tensor], path: str, on_gpu: list[bool]) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _copied(item, buffers, f"{path}/{key}", on_gpu) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(item, buffers, f"{path}/{i}", on_gpu) for i, item in enumerate(value))
+    if not isinstance(value, torch.Tensor):
+        return value
+    buffer = buffers.get(path)
+    if buffer is None or buffer.shape != value.shape or buffer.dtype != value.dtype:
+        buffer = buffers[path] = torch.empty(value.shape, dtype=value.dtype, device="cpu",
+                                             pin_memory=value.is_cuda)
+    buffer.copy_(value.detach(), non_blocking=value.is_cuda)
+    on_gpu.append(value.is_cuda)
+    return buffer
+
+
+def write_staged(staged: Mapping[str, Any], directory: str | Path) -> None:
+    """Write ``stage_sharded``'s copy with DCP into ``directory``, as ``save_sharded`` would (the same files)."""
+    import torch.distributed.checkpoint as dcp
+
+    from pettingllms.learner.safe_dcp import CheckedWriter
+
+    dcp.save(dict(staged), storage_writer=CheckedWriter(directory), checkpoint_id=str(directory))
+
+
 def load_sharded(view: StateView, directory: str | Path, meta: Mapping[str, Any]) -> int:
     """Restore what ``save_sharded`` wrote (a collective), whatever the number of ranks that wrote it; returns the
     saved step.

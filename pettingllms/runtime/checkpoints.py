@@ -21,6 +21,11 @@ a crash at any point leaves either the old or the new checkpoint, never a half-w
 A crash leaves the hidden temporary folder (``.step_N.tmp-*``) behind; ``remove_unfinished`` clears such folders when
 the run resumes. A write that runs out of room raises ``DiskFullError`` (the cause, where, the free bytes), removes
 its temporary folder and leaves ``latest`` as it was.
+With ``training.async_checkpoint`` the two halves are apart: ``begin_checkpoint`` makes the temporary folder and
+starts every policy's save (each rank copies its state into host buffers and writes the copy in a thread of its
+own, ``start_worker_save``), the trainer trains on, and ``PendingCheckpoint.finish`` waits for the writes, then
+renames the folder into place; ``latest`` moves after that. A crash while the writes run leaves ``latest`` on the
+previous checkpoint.
 ``prune_checkpoints`` keeps the newest N (``training.max_ckpt_to_keep``). DCP writes tensors from where they live
 (no device-side copy of the optimizer state) and reshards on load, so a checkpoint written by N ranks resumes on M
 ranks, in one process, or loads into a plain model for evaluation and export (``load_trained_weights``). The trainer
@@ -32,8 +37,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -74,14 +80,62 @@ def write_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], write
     """``save_checkpoint``'s first half: the complete step directory, which ``latest`` does not name yet. The
     trainer logs the step between the halves, so a run stopped there resumes from the previous checkpoint and
     logs the step again."""
-    final = Path(root) / step_dir_name(step)
-    with _disk_full_named(final):
-        with atomic_directory(final, replace=True) as tmp:
-            write_payload(tmp)
-            (tmp / STATE_FILE).write_text(json.dumps(trainer_state, indent=1, sort_keys=True))
-            if private:
-                restrict_to_owner(tmp)
-    return final
+    return begin_checkpoint(root, step, trainer_state, write_payload, private=private).finish(lambda: None)
+
+
+class PendingCheckpoint:
+    """A step directory whose policies are still being written (``begin_checkpoint``). ``finish(wait)`` waits
+    (``wait()`` returns when every policy's save is complete, or raises its failure), writes the trainer's state,
+    and renames the folder into place; ``abandon()`` removes it. Either, once. A failure removes the folder and
+    leaves ``latest`` as it was; running out of room is a ``DiskFullError`` naming the checkpoint."""
+
+    def __init__(self, final: Path, trainer_state: dict[str, Any], private: bool) -> None:
+        self.final, self._state, self._private = final, trainer_state, private
+        self._stack = ExitStack()
+        self._stack.enter_context(_disk_full_named(final))
+        self.tmp: Path = self._stack.enter_context(atomic_directory(final, replace=True))
+
+    def finish(self, wait: Callable[[], None]) -> Path:
+        with self._closing():
+            wait()
+            (self.tmp / STATE_FILE).write_text(json.dumps(self._state, indent=1, sort_keys=True))
+            if self._private:
+                restrict_to_owner(self.tmp)
+        return self.final
+
+    @contextmanager
+    def _closing(self):
+        """Close the folder after the block: renamed into place, or removed (the block's error, converted when the
+        disk was full, is raised)."""
+        try:
+            yield
+        except BaseException as exc:
+            if not self._stack.__exit__(type(exc), exc, exc.__traceback__):
+                raise
+            return
+        self._stack.__exit__(None, None, None)
+
+    def abandon(self) -> None:
+        try:
+            raise RuntimeError(f"checkpoint {self.final.name} abandoned")
+        except RuntimeError as exc:
+            try:
+                self._stack.__exit__(type(exc), exc, exc.__traceback__)
+            except RuntimeError:
+                pass
+
+
+def begin_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], start_payload: Callable[[Path], None],
+                     *, private: bool = True) -> PendingCheckpoint:
+    """``write_checkpoint`` with its policies' writes left running: ``start_payload(step_dir)`` starts them (it
+    returns once every policy's state is copied); finish the result once they are done."""
+    pending = PendingCheckpoint(Path(root) / step_dir_name(step), trainer_state, private)
+    try:
+        start_payload(pending.tmp)
+    except BaseException:
+        with pending._closing():  # removes the folder; a full disk's error named
+            raise
+    return pending
 
 
 def publish_checkpoint(step_dir: Path, *, private: bool = True) -> None:
@@ -200,6 +254,47 @@ def save_worker_state(folder: Path, learner: "PolicyLearner | None", rank: int, 
     if rank == 0:
         (folder / META_FILE).write_text(json.dumps({"format": FORMAT, "world_size": world_size, "learner": meta},
                                                    indent=1, sort_keys=True))
+
+
+class WorkerSave:
+    """One rank's save running in a thread of its own (``start_worker_save``); ``wait`` re-raises its failure."""
+
+    def __init__(self, write: Callable[[], None], name: str) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(write,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            with _quiet_single_process():
+                write()
+        except BaseException as exc:  # re-raised in the waiting thread
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def start_worker_save(folder: Path, learner: "PolicyLearner | None", rank: int, world_size: int,
+                      engine_rng: Any = None) -> WorkerSave | None:
+    """``save_worker_state`` whose learner shards are written in the background: the learner's state is copied into
+    host buffers first (``PolicyLearner.stage_sharded``), so training may go on at once. The RNG and meta files are
+    written now. None when there is nothing to write in the background (no learner)."""
+    import torch
+
+    from pettingllms.learner.state import write_staged
+
+    folder.mkdir(parents=True, exist_ok=True)
+    staged, meta = learner.stage_sharded() if learner is not None else (None, None)
+    torch.save({"torch_rng": torch.get_rng_state(), "engine_rng": engine_rng}, folder / RANK_FILE.format(rank=rank))
+    if rank == 0:
+        (folder / META_FILE).write_text(json.dumps({"format": FORMAT, "world_size": world_size, "learner": meta},
+                                                   indent=1, sort_keys=True))
+    if staged is None:
+        return None
+    return WorkerSave(lambda: write_staged(staged, folder / SHARDS_DIR), f"checkpoint-{folder.name}-rank{rank}")
 
 
 def read_meta(folder: Path, policy: str) -> dict[str, Any]:

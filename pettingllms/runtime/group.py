@@ -234,6 +234,18 @@ class PolicyGroup:
     def save(self, directory: str) -> None:
         self._call_all("save", lambda p: os.path.join(directory, p))
 
+    def save_start(self, directory: str) -> None:
+        """Every policy's ``PolicyWorker.save_start``: their states copied, their writes running; ``save_wait``."""
+        self._call_all("save_start", lambda p: os.path.join(directory, p))
+
+    def save_wait(self) -> None:
+        """Wait for every policy's write started by ``save_start``; the first failure is raised."""
+        if self.use_ray:
+            self._rank0_results({p: [actor.save_wait.remote() for actor in actors] for p, actors in self.ranks.items()})
+            return
+        for workers in self.ranks.values():
+            workers[0].save_wait()
+
     def load(self, directory: str) -> None:
         self._call_all("load", lambda p: os.path.join(directory, p))
 

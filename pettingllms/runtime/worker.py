@@ -51,6 +51,7 @@ class PolicyWorker:
         self._engine_model = None  # a transformers engine's own full copy (FSDP groups)
         self._codec = None
         self._engine_barrier = None  # the TP group's barrier (engine_group_barrier), from setup on
+        self._saving = None  # a checkpoint write running in the background (save_start), until save_wait
 
     # ------------------------------------------------------------------------------------------ placement
     def placement(self) -> dict[str, Any]:
@@ -278,6 +279,23 @@ class PolicyWorker:
 
         engine_rng = self.engine.get_rng_state() if self.engine is not None else None
         save_worker_state(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng)
+
+    def save_start(self, directory: str) -> None:
+        """``save`` with the learner's shards written in a thread of this worker (its state copied into host buffers
+        first, so the next update may run at once); ``save_wait`` waits for it. An FSDP group saves at once (its save
+        is a collective, which cannot share the process group with training)."""
+        from pettingllms.runtime.checkpoints import start_worker_save
+
+        if self.layout.sharded:
+            self.save(directory)
+            return
+        engine_rng = self.engine.get_rng_state() if self.engine is not None else None
+        self._saving = start_worker_save(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng)
+
+    def save_wait(self) -> None:
+        saving, self._saving = self._saving, None
+        if saving is not None:
+            saving.wait()
 
     def load(self, directory: str) -> None:
         from pettingllms.runtime.checkpoints import load_worker_state

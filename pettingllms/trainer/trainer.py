@@ -80,6 +80,7 @@ class Trainer:
         self.cfg = cfg
         self.policies = None
         self.trackers: list = []
+        self._pending_checkpoint: ckpt.PendingCheckpoint | None = None  # training.async_checkpoint: being written
         self._file_log = None  # train.log's handler while it is attached
         self._release = contextlib.ExitStack()  # undo actions of setup, run in reverse order by close()
         try:
@@ -179,8 +180,9 @@ class Trainer:
                     written = None
                     if (cfg.save_freq > 0 and step % cfg.save_freq == 0) or step == stop_at:
                         doing = f"the checkpoint of step {step}"
-                        with clock.part("checkpoint"):
-                            written = self._write_checkpoint(step)
+                        with clock.part("checkpoint"):  # async: the wait for the previous one, then the copy
+                            self._complete_pending_checkpoint()
+                            written = self._write_checkpoint(step, background=cfg.async_checkpoint)
                     result.metrics.update(breakdown({**measured_parts(result.metrics), **clock.totals()},
                                                     time.perf_counter() - started))
                     # The step's row goes out before its checkpoint becomes the one a resume starts from, so a run
@@ -190,15 +192,20 @@ class Trainer:
                     progress.advance(step, result.metrics)
                     results.append(result)
                     self.step_done = step
-                    if written is not None:
+                    if isinstance(written, ckpt.PendingCheckpoint):
+                        self._pending_checkpoint = written  # published once written: next save, or the end
+                    elif written is not None:
                         doing = f"the checkpoint of step {step}"
                         self._publish_checkpoint(written)
                         ckpt.prune_checkpoints(self.run_dir / "checkpoints", cfg.max_ckpt_to_keep)
+            doing = f"the checkpoint of step {self.step_done}"
+            self._complete_pending_checkpoint()
             doing = "the end of training (export, plots)"
             if self.step_done == cfg.total_training_steps:
                 self._finish()
             self._report_validation()
         except BaseException as exc:
+            self._settle_pending_checkpoint()
             self._record_stop(exc, f"during {doing} (last completed step: {self.step_done})")
             raise
         finally:
@@ -272,14 +279,41 @@ class Trainer:
         self._publish_checkpoint(path)
         return path
 
-    def _write_checkpoint(self, step: int) -> Path:
-        """The step's checkpoint directory, complete; a resume starts from it once ``_publish_checkpoint`` ran."""
+    def _write_checkpoint(self, step: int, background: bool = False) -> "Path | ckpt.PendingCheckpoint":
+        """The step's checkpoint directory, complete; a resume starts from it once ``_publish_checkpoint`` ran.
+        ``background`` (training.async_checkpoint): the policies' states copied and their writes running, as a
+        ``PendingCheckpoint`` that ``_complete_pending_checkpoint`` finishes and publishes."""
         state = {"step": step, "cursor": self.cursor.state_dict(), "config_hash": self._config_hash(),
                  "config": to_dict(self.cfg),  # a resume names the keys it changed
                  "opponent_pool": self.pool.state_dict()}  # which step each slot holds (their weights: the policies')
+        private = not self.cfg.training.share_run_dir
+        if background:
+            return ckpt.begin_checkpoint(self.run_dir / "checkpoints", step, state,
+                                         lambda step_dir: self.policies.save_start(str(step_dir / ckpt.POLICIES_DIR)),
+                                         private=private)
         return ckpt.write_checkpoint(self.run_dir / "checkpoints", step, state,
                                      lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
-                                     private=not self.cfg.training.share_run_dir)
+                                     private=private)
+
+    def _complete_pending_checkpoint(self) -> None:
+        """The checkpoint being written in the background, if any: waited for, then published (and older ones
+        pruned)."""
+        pending, self._pending_checkpoint = self._pending_checkpoint, None
+        if pending is None:
+            return
+        self._publish_checkpoint(pending.finish(self.policies.save_wait))
+        ckpt.prune_checkpoints(self.run_dir / "checkpoints", self.cfg.training.max_ckpt_to_keep)
+
+    def _settle_pending_checkpoint(self) -> None:
+        """On a stop: the checkpoint being written is finished and published if it can be (its step's row is
+        logged), else removed; ``latest`` stays on the last complete one either way."""
+        if self._pending_checkpoint is None:
+            return
+        try:
+            self._complete_pending_checkpoint()
+        except BaseException as exc:  # noqa: BLE001 - the stop's own error is the one to report
+            log.warning("the checkpoint being written when the run stopped was not completed (%s: %s); the previous "
+                        "one stays the one a resume starts from", type(exc).__name__, exc)
 
     def _publish_checkpoint(self, path: Path) -> None:
         ckpt.publish_checkpoint(path, private=not self.cfg.training.share_run_dir)
