@@ -168,11 +168,18 @@ def stage_sharded(view: StateView, buffers: dict[str, torch.Tensor]) -> tuple[di
 
         with _requiring_grad(_optimizer_params(view)):
             state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
+    return host_copy(state, buffers), learner_meta(view, with_state)
+
+
+def host_copy(state: Any, buffers: dict[str, torch.Tensor]) -> Any:
+    """``state`` (nested dicts, lists and tensors) with every tensor copied into its host buffer in ``buffers`` (by
+    its path; made on first use, pinned for a GPU tensor, and reused while its shape and dtype stay). Returns once
+    every copy has landed."""
     on_gpu: list[bool] = []
-    staged = _copied(state, buffers, "", on_gpu)
+    copied = _copied(state, buffers, "", on_gpu)
     if any(on_gpu):
         torch.cuda.synchronize()  # the non-blocking copies have landed before anything trains on
-    return staged, learner_meta(view, with_state)
+    return copied
 
 
 def _copied(value: Any, buffers: dict[str, torch.Tensor], path: str, on_gpu: list[bool]) -> Any:

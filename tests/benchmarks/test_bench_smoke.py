@@ -239,3 +239,4 @@ def test_gpu_probe_quick(tmp_path):
     assert ipc["shm"]["checksums_worst_relative"] == 0.0 and ipc["tensors"] > 10
     checkpoint = reports["checkpoint"]["samples"]
     assert checkpoint["async_eight_threads"]["complete_s"] >= checkpoint["async_eight_threads"]["blocking_s"] > 0
+    assert checkpoint["trainer_async"]["blocking_s"] > 0 and checkpoint["trainer_async"]["write_s"] > 0
