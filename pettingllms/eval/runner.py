@@ -29,7 +29,8 @@ from tqdm import tqdm
 
 from pettingllms.assembly.plan import check_prompts, is_served
 from pettingllms.assembly.served_agents import served_agents
-from pettingllms.assembly.run_dirs import LOGGER_NAME, new_run_dir
+from pettingllms.assembly.run_dirs import new_run_dir
+from pettingllms.assembly.run_log import attach_file_logger, detach_file_logger
 from pettingllms.config.load import to_yaml
 from pettingllms.config.schema import EvalRunConfig
 from pettingllms.core import ConfigError, InfrastructureError, Problem, SamplingParams
@@ -269,14 +270,10 @@ def _model_description(cfg: EvalRunConfig, tasks: list[EnvTask], policies: Loade
 
 @contextmanager
 def _eval_log(run_dir: Path) -> Iterator[None]:
-    """The library's log lines also go to ``<run_dir>/eval.log`` while the evaluation runs."""
-    handler = logging.FileHandler(run_dir / "eval.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger = logging.getLogger(LOGGER_NAME)
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
+    """``eval.log``, written as a training run writes ``train.log`` (``assembly/run_log.py``) while the evaluation
+    runs; the loggers are as they were afterwards."""
+    file_log = attach_file_logger(run_dir, "eval.log")
     try:
         yield
     finally:
-        logger.removeHandler(handler)
-        handler.close()
+        detach_file_logger(file_log)

@@ -1,5 +1,5 @@
 """A progress bar over training steps that also prints one line per step (readable in CI logs). The same line
-goes to train.log (``run_dir.STEP_LOGGER``)."""
+goes to train.log (``assembly/run_log.py``'s ``STEP_LOGGER``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Mapping
 
 from tqdm import tqdm
 
-from pettingllms.trainer.run_dir import STEP_LOGGER
+from pettingllms.assembly.run_log import STEP_LOGGER
 from pettingllms.trainer.step_timing import step_line
 
 HEADLINE = ("episode/success_rate", "episode/team_reward_mean")

@@ -21,6 +21,7 @@ from pathlib import Path
 from pettingllms.algo.grpo import score_samples
 from pettingllms.assembly.describe import describe_agents, describe_plan
 from pettingllms.assembly.opponent_pool import OpponentPool
+from pettingllms.assembly.run_log import RECORD_LOGGER, attach_file_logger, detach_file_logger
 from pettingllms.assembly.served_agents import served_agents
 from pettingllms.assembly.plan import RunPlan, plan
 from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, locate_models,
@@ -43,9 +44,6 @@ from pettingllms.trainer.signal_watch import SignalWatch
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.step_timing import breakdown, measured_parts, slowest_update
 from pettingllms.trainer.run_dir import (
-    RECORD_LOGGER,
-    attach_file_logger,
-    detach_file_logger,
     resume_point,
     truncate_summary,
     write_run_config,

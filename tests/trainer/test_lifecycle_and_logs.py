@@ -13,7 +13,7 @@ import pytest
 from pettingllms.cli import main
 from pettingllms.entry.train import load_config, run_training
 from pettingllms.runtime import checkpoints as ckpt
-from pettingllms.trainer.run_dir import STEP_LOGGER
+from pettingllms.assembly.run_log import STEP_LOGGER
 
 TINY = [
     "base_models.policy_0.path=tiny-random-smollm2", "env.name=toy_targets", "env.max_turns=1",

@@ -15,7 +15,8 @@ from pettingllms.cli import main
 from pettingllms.core import DataError
 from pettingllms.entry.train import run_training
 from pettingllms.envs.toy.env import TargetsEnv
-from pettingllms.trainer.run_dir import attach_file_logger, detach_file_logger, truncate_summary
+from pettingllms.assembly.run_log import attach_file_logger, detach_file_logger
+from pettingllms.trainer.run_dir import truncate_summary
 from test_lifecycle_and_logs import TINY
 
 
