@@ -454,7 +454,11 @@ def _settings(overrides: Sequence[str]) -> list[str]:
 # rollout.playouts acts only for envs with an outcome (games); vault and Plan-Path have none (2026-11-27).
 # optim.logprob_chunk_tokens=0 is the dense LM head every recorded run used (2026-11-27).
 # optim.attention=auto is SDPA on CPU, where every recorded run trained (2026-11-27).
-NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1, ("optim", "logprob_chunk_tokens"): 0, ("optim", "attention"): "auto"}
+# self_play.* (the opponent pool, off at pool_size=0) and training.async_checkpoint=false change nothing a run learns
+# (2026-11-27); a section left empty goes too, and so does an agent's server block with no url (agents.<role>.server).
+NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1, ("optim", "logprob_chunk_tokens"): 0, ("optim", "attention"): "auto",
+                    ("self_play", "pool_size"): 0, ("self_play", "snapshot_every"): 10, ("self_play", "live_prob"): 0.5,
+                    ("training", "async_checkpoint"): False}
 
 
 def fingerprint(overrides: Sequence[str]) -> str:
@@ -471,6 +475,12 @@ def fingerprint(overrides: Sequence[str]) -> str:
     for (section, key), neutral in NEUTRAL_NEW_KEYS.items():
         if config.get(section, {}).get(key) == neutral:
             config[section].pop(key)
+    for section in {section for section, _ in NEUTRAL_NEW_KEYS}:
+        if config.get(section) == {}:
+            config.pop(section)
+    for agent in config.get("agents", {}).values():
+        if isinstance(agent, dict) and (agent.get("server") or {}).get("url") is None:
+            agent.pop("server", None)
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
