@@ -37,6 +37,16 @@ def check_engines(run_plan: RunPlan) -> None:
     raise ConfigError(f"{keys} = vllm{why}: {INSTALL_HINT}")
 
 
+def describe_engines(run_plan: RunPlan) -> list[str]:
+    """The dry run's word on vLLM where ``check_engines`` leaves it to the cluster: a missing vLLM here is said, not
+    refused, when ``RAY_ADDRESS`` sends the workers elsewhere."""
+    vllm_policies = [spec.policy for spec in run_plan.worker_specs if spec.engine == "vllm"]
+    if not vllm_policies or not os.environ.get("RAY_ADDRESS") or importlib.util.find_spec("vllm") is not None:
+        return []
+    return [f"engines:  {', '.join(vllm_policies)} generate with vLLM, which is not installed here; RAY_ADDRESS is "
+            "set, so the workers run on the cluster's nodes, which must have it (pip install -e '.[gpu]' there)"]
+
+
 def model_key(cfg: Config, policy: str, path: str) -> str:
     """The config key a policy's model comes from (an L3 copy ``policy_<agent>`` names the entry it copies)."""
     if policy not in cfg.base_models:

@@ -39,8 +39,8 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     the data and the rest. A config that cannot be planned raises, as nothing else can be checked without it."""
     from pettingllms.assembly.describe import describe_plan
     from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
-    from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_models,
-                                                locate_models)
+    from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_engines,
+                                                describe_models, locate_models)
     from pettingllms.data.problems import describe_data, preview_problems
     from pettingllms.runtime.placement import check_here
 
@@ -68,7 +68,8 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     placement = attempt(check_here, [spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
     resume = attempt(resume_line, cfg.training)
     lines = [describe_plan(run_plan), f"placement: {placement if placement is not None else '(see the problems)'}",
-             *data, *(describe_models(sources, codecs) if sources is not None and codecs is not None else []),
+             *describe_engines(run_plan), *data,
+             *(describe_models(sources, codecs) if sources is not None and codecs is not None else []),
              *([resume] if resume is not None else [])]
     return lines, problems
 

@@ -170,3 +170,7 @@ def test_the_dry_run_shows_the_plan_and_every_problem_at_once(tmp_path, capsys, 
     assert any("Qwen/Qwen3-1.7B" in e and "HF_HUB_OFFLINE" in e for e in errors)  # the model
     assert any(f"training.resume={str(not_a_checkpoint)!r}" in e for e in errors)  # the resume point
     assert any("data" in e.lower() for e in errors if "Qwen" not in e and "resume" not in e)  # the data files
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # said, not refused: the cluster's nodes run the workers
+        assert "engines:  policy_0 generate with vLLM, which is not installed here; RAY_ADDRESS is set" in captured.out
