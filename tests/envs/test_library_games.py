@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from pettingllms.envs.textarena_game.env import TextArenaEnv  # noqa: E402
     ["openspiel", "--option", "game=tic_tac_toe"], ["openspiel", "--option", "game=kuhn_poker"],
     ["openspiel", "env.options.game=tic_tac_toe", "env.options.opponent=random"],
     ["textarena", "--option", "game=TicTacToe-v0"], ["textarena", "--option", "game=KuhnPoker-v0"],
+    ["textarena", "--option", "game=TicTacToe-v0", "--option", "opponent=random"],
+    ["textarena", "--option", "game=KuhnPoker-v0", "--option", "opponent=random"],
 ])
 def test_check_env_passes_for_each_librarys_games(args, capsys):
     assert main(["check-env", *args]) == 0, capsys.readouterr().out
@@ -101,13 +104,18 @@ def test_textarena_forks_share_no_random_state_across_threads():
         report = check_env(TextArenaEnv(game="KuhnPoker-v0"), seed=seed)
         failures.append(not report.ok)
     assert not any(failures)
-    lock = arena_module._REPLAY
+    lock, interval = arena_module._REPLAY, sys.getswitchinterval()
     try:
         arena_module._REPLAY = contextlib.nullcontext()
-        unlocked = [not check_env(TextArenaEnv(game="KuhnPoker-v0"), seed=seed).ok for seed in range(10)]
+        # threads switch every microsecond, so they interleave inside a replay even on a loaded machine (at the
+        # default 5 ms, two busy cores let each replay finish alone and the race went unseen)
+        sys.setswitchinterval(1e-6)
+        caught = next((seed for seed in range(60) if not check_env(TextArenaEnv(game="KuhnPoker-v0"), seed=seed).ok),
+                      None)
     finally:
         arena_module._REPLAY = lock
-    assert any(unlocked), "the thread check should catch the race the lock prevents"
+        sys.setswitchinterval(interval)
+    assert caught is not None, "the thread check should catch the race the lock prevents"
 
 
 TRAIN = ["base_models.policy_0.path=tiny-random-smollm2", "training.total_training_steps=2",
@@ -147,3 +155,34 @@ def test_eval_of_a_game_run_reports_win_rates_with_intervals_against_the_random_
     low, high = player["loss_ci95"]
     assert 0.0 <= low <= player["loss_rate"] <= high <= 1.0
     assert "per seat (games)" in capsys.readouterr().out
+
+
+def test_textarenas_random_opponent_draws_from_the_moves_the_library_lists_and_replays_identically():
+    from pettingllms.envs.textarena_game.env import listed_moves
+
+    env = TextArenaEnv(game="TicTacToe-v0", opponent="random")
+    first = env.reset(Problem("t", {"seed": 1}), 0)  # seed 1: player holds seat 1, so the opponent opens
+    assert first.seat == 1 and len(first.moves) == 1 and first.moves[0] in [f"[{i}]" for i in range(9)]
+    assert env.reset(Problem("t", {"seed": 1}), 0) == first  # seeded by the game: a replay draws the same move
+    assert first.moves[0] not in listed_moves(first.prompt)  # the library no longer lists the square it took
+    poker = TextArenaEnv(game="KuhnPoker-v0", opponent="random")
+    state = poker.reset(Problem("k", {"seed": 0}), 0)
+    assert set(listed_moves(state.prompt)) <= {"[check]", "[bet]", "[call]", "[fold]"} and listed_moves(state.prompt)
+    assert listed_moves("no list here\nnor here") == []
+
+
+def test_eval_of_a_textarena_run_against_its_random_opponent_reports_win_rates_with_intervals(tmp_path):
+    from pettingllms.entry.eval import run_eval
+    from pettingllms.entry.train import run_training
+
+    trainer, _ = run_training("train", [*TRAIN, "env.name=textarena", "env.options.game=TicTacToe-v0",
+                                        "env.options.opponent=random", f"training.log_dir={tmp_path / 'train'}"])
+    rows = [json.loads(line) for line in (Path(trainer.run_dir) / "summary.log").read_text().splitlines()]
+    assert {"episode/player/win_rate", "episode/player/loss_rate"} <= set(rows[-1])
+    result = run_eval("eval", [f"model.checkpoint={trainer.run_dir}", "env.options.opponent=random",
+                               "env.max_val_problems=4", "eval.n=2", "eval.temperature=1.0", "eval.max_tokens=8",
+                               f"eval.log_dir={tmp_path / 'eval'}"], print_table=False)
+    player = result.summary["benchmarks"]["textarena/procedural"]["seats"]["player"]
+    assert player["games"] == 8
+    low, high = player["loss_ci95"]
+    assert 0.0 <= low <= player["loss_rate"] <= high <= 1.0

@@ -76,7 +76,7 @@ def test_bad_options_are_refused():
     with pytest.raises(ConfigError, match="opponent_url"):
         TextArenaEnv(opponent="server")
     with pytest.raises(ConfigError, match="one of"):
-        TextArenaEnv(opponent="random")
+        TextArenaEnv(opponent="mcts")  # OpenSpiel's bot; TextArena has none
 
 
 def test_two_training_steps_against_a_served_opponent(served, tmp_path):

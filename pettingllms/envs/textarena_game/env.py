@@ -18,7 +18,11 @@
   (by default a second invalid move in a row loses the game).
 - **Outcome** (``Env.outcome``): the rewards of ``close()`` per seat; a game cut by ``max_turns`` scores 0 for both.
   ``success``: the game reached its end (against an opponent: ``player`` won).
-- **Opponents**: ``opponent=self`` (default) seats an agent per player; ``opponent=server`` seats one agent,
+- **Opponents**: ``opponent=self`` (default) seats an agent per player; ``opponent=random`` seats one agent,
+  ``player``, against a uniform random choice among the moves the library's observation lists (its ``Available
+  Moves: '[0]', '[4]'`` or ``available actions are: '[check]', '[bet]'`` line), drawn with a generator seeded by the
+  game's seed and the number of moves so far, so a replay draws the same move; a game whose observation lists no
+  moves is refused at the opponent's first turn, naming the game. ``opponent=server`` seats one agent,
   ``player``, in seat (problem seed mod 2), so seats alternate across problems, and a model behind any
   OpenAI-compatible endpoint plays the other seat (``envs/common/server_opponent.py``: ``opponent_url``,
   ``opponent_model``, the bearer token from the environment variable ``opponent_key_env``, ``opponent_temperature``
@@ -30,18 +34,21 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from pettingllms.core import AgentGraph, ConfigError, Env, Problem, Transition
+from pettingllms.core import AgentGraph, ConfigError, Env, EnvError, Problem, Transition
 from pettingllms.envs.common.server_opponent import ServerOpponent
 from pettingllms.envs.seats import example_problems, seeded_problems
 
 PLAYERS = 2
 SEATS = tuple(f"player_{i}" for i in range(PLAYERS))
 TRAINED = "player"  # the one agent when a served model plays the other seat
-OPPONENTS = ("self", "server")
+OPPONENTS = ("self", "random", "server")
+# A listed move: a bracketed token in quotes on the observation's last line that names the available moves or actions
+_LISTED = re.compile(r"'(\[[^\]']*\])'")
 _REPLAY = threading.Lock()  # TextArena draws from the module-level ``random``: one replay at a time
 
 
@@ -61,7 +68,7 @@ class ArenaState:
     prompt: str  # the library's observation for that seat
     rewards: tuple[float, ...] = ()  # close()'s rewards per seat once the game is over
     reason: str = ""  # the library's reason for the result
-    seat: int | None = None  # the seat ``player`` holds against a served opponent; None in self-play
+    seat: int | None = None  # the seat ``player`` holds against an opponent (random, served); None in self-play
     opponent_fallbacks: int = 0  # opponent=server: failed requests answered with an empty move so far
 
 
@@ -88,7 +95,8 @@ class TextArenaEnv(Env):
         self.server = ServerOpponent(opponent_url, opponent_model, opponent_key_env, opponent_temperature,
                                      opponent_timeout, env_name="textarena") if opponent == "server" else None
         self.opponent_max_tokens = opponent_max_tokens
-        if self.server is not None:
+        self.random_opponent = opponent == "random"
+        if self.server is not None or self.random_opponent:
             self.graph = AgentGraph.sequential([TRAINED])
             self.agent_classes = {TRAINED: "games.seat"}
 
@@ -101,7 +109,7 @@ class TextArenaEnv(Env):
 
     def reset(self, problem: Problem, seed: int) -> ArenaState:
         problem_seed = int(problem.data.get("seed", 0))
-        seat = problem_seed % PLAYERS if self.server is not None else None
+        seat = problem_seed % PLAYERS if self._has_opponent else None
         return self._settle(self._play(problem_seed * 1_000_003 + seed, (), seat))
 
     def acting_agents(self, state: ArenaState) -> tuple[str, ...]:
@@ -131,11 +139,22 @@ class TextArenaEnv(Env):
             return self.outcome(state)[TRAINED] > 0
         return bool(state.rewards)
 
+    @property
+    def _has_opponent(self) -> bool:
+        return self.server is not None or self.random_opponent
+
     def _role(self, player: int) -> str:
-        return TRAINED if self.server is not None else SEATS[player]
+        return TRAINED if self._has_opponent else SEATS[player]
 
     def _settle(self, state: ArenaState) -> ArenaState:
-        """Against a served opponent: play its moves until ``player``'s seat is to move or the game is over."""
+        """Against an opponent: play its moves until ``player``'s seat is to move or the game is over."""
+        while self.random_opponent and state.to_move >= 0 and state.to_move != state.seat:
+            listed = listed_moves(state.prompt)
+            if not listed:
+                raise EnvError(f"env.options.opponent=random: {self.game}'s observation lists no moves to draw from "
+                               f"(its last lines: {state.prompt[-300:]!r}); use opponent=self or opponent=server")
+            move = random.Random(f"{state.seed}/{len(state.moves)}").choice(listed)
+            state = self._play(state.seed, state.moves + (move,), state.seat)
         while self.server is not None and state.to_move >= 0 and state.to_move != state.seat:
             answer, cause = self.server.ask([{"role": "user", "content": state.prompt}], self.opponent_max_tokens)
             fallbacks = state.opponent_fallbacks
@@ -174,6 +193,18 @@ class TextArenaEnv(Env):
             finally:
                 random.setstate(saved)
                 np.random.set_state(saved_np)
+
+
+def listed_moves(observation: str) -> list[str]:
+    """The moves the library lists for the seat to move: the bracketed, quoted tokens of the last line that names the
+    available moves or actions (TicTacToe's ``Available Moves: '[0]', ...``, Kuhn Poker's ``Your available actions
+    are: '[check]', '[bet]'``); [] when no line does."""
+    for line in reversed(observation.splitlines()):
+        if "available" in line.lower():
+            found = _LISTED.findall(line)
+            if found:
+                return list(dict.fromkeys(found))
+    return []
 
 
 def _text(observation: Any) -> str:
