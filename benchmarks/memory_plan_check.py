@@ -42,6 +42,7 @@ import torch  # noqa: E402
 from _report import learner_config, load_average, out_dir, write_result  # noqa: E402
 from pettingllms.assembly import memory  # noqa: E402
 from pettingllms.learner.footprint import LearnerSetup, learner_memory
+from pettingllms.core.choices import DTYPE_BYTES
 from pettingllms.models.shape import ModelShape
 
 TARGET = 0.25  # the issue asks for agreement within +-25%
@@ -155,7 +156,7 @@ def plan_setup(case: Case, tokens: int) -> LearnerSetup:
     """The plan's learner setup for this case: one process, no FSDP, AdamW's for-loop path and grouped K/V in SDPA
     (what the learner does on CPU)."""
     setup = LearnerSetup(
-        world_size=1, sharded=False, compute_bytes=memory.BYTES[case.dtype], weight_bytes=4,
+        world_size=1, sharded=False, compute_bytes=DTYPE_BYTES[case.dtype], weight_bytes=4,
         lora_rank=LORA_RANK if case.lora else 0,
         lora_targets=tuple(memory_targets()) if case.lora else (),
         adapters=1 if case.lora else 0, trained_adapters=1 if case.lora else 0,

@@ -40,6 +40,7 @@ from pettingllms.core.errors import ConfigError
 from pettingllms.learner.footprint import (
     GATHERED_LAYERS, STRANDED_CACHE_SHARE, LearnerMemory, LearnerSetup, learner_memory,
 )
+from pettingllms.core.choices import DTYPE_BYTES
 from pettingllms.models.shape import KNOWN_MODEL_TYPES, ModelShape, layer_parameters, model_config, parameter_count
 from pettingllms.rollout.vllm.footprint import kv_bytes_per_token, vllm_batch, vllm_kv_room, vllm_profile_bytes
 
@@ -48,7 +49,6 @@ GB = 1e9  # the printout's unit
 GIB = 2**30
 MIB = 2**20
 FP32 = 4
-BYTES = {"float32": 4, "bfloat16": 2}
 
 # Memory a process holds outside PyTorch's allocator and outside vLLM's budget: the CUDA context and loaded
 # kernels, cuBLAS workspaces, NCCL buffers (learner); the engine process's CUDA context and what vLLM allocates
@@ -625,8 +625,8 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
     lora = spec.lora
     names = tuple(spec.lora_names)
     trained_adapters = len([name for name in names if name not in set(spec.frozen)])
-    compute = BYTES[str(spec.dtype)]
-    weights = BYTES[str(spec.learner_weights_dtype)] if spec.trainable else compute
+    compute = DTYPE_BYTES[str(spec.dtype)]
+    weights = DTYPE_BYTES[str(spec.learner_weights_dtype)] if spec.trainable else compute
     fsdp = spec.fsdp
     setup = LearnerSetup(
         world_size=layout.num_ranks if layout.sharded else 1,

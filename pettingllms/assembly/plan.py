@@ -176,7 +176,7 @@ def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
     """L2: the agent's own adapter. LoRA under L1/L3: the policy's one shared adapter. Otherwise none."""
     if agent.adapter is not None:
         return agent.adapter
-    return SHARED_ADAPTER if policy.model.lora.rank > 0 else None
+    return next(iter(_policy_adapters(policy)), None)
 
 
 def worker_specs_of(cfg: Config, policies: dict[str, PolicyPlan]) -> list[WorkerSpec]:
@@ -205,8 +205,7 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
         engine=model.engine,
         fsdp_enabled=model.fsdp.enabled,
     )
-    fsdp_cfg = model.fsdp
-    options = FSDPOptions(fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward)
+    options = _fsdp_options(model)
     if not layout.sharded and options != FSDPOptions():
         raise ConfigError(f"{where}.fsdp options need an FSDP worker group: set num_ranks > 1 or fsdp.enabled=true")
     if layout.sharded and not cfg.resources.use_ray:
@@ -224,19 +223,26 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
     return layout
 
 
+def _fsdp_options(model) -> FSDPOptions:
+    return FSDPOptions(model.fsdp.cpu_offload, model.fsdp.reshard_after_forward)
+
+
+def _policy_adapters(policy: PolicyPlan) -> tuple[str, ...]:
+    """The policy's adapters: L2's one per agent; under L1/L3 with LoRA one shared by the policy's agents."""
+    return policy.adapters or ((SHARED_ADAPTER,) if policy.model.lora.rank > 0 else ())
+
+
 def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> WorkerSpec:
     model = policy.model
     lora = None
     if model.lora.rank > 0:
         lora = LoraSpec(model.lora.rank, model.lora.alpha, model.lora.dropout, tuple(model.lora.target_modules))
-    # L1/L3 with LoRA: one adapter shared by the policy's agents. L2: one adapter per agent.
-    adapters = policy.adapters or ((SHARED_ADAPTER,) if lora else ())
+    adapters = _policy_adapters(policy)
     frozen = policy.frozen_adapters
     pool_size = 0 if isinstance(cfg, EvalRunConfig) else cfg.self_play.pool_size
     if lora and pool_size and policy.trainable:  # the opponent pool's frozen slots beside each trained adapter
         slots = slot_adapters([a for a in adapters if a not in frozen], pool_size)
         adapters, frozen = adapters + slots, frozen + slots
-    fsdp_cfg = model.fsdp
     return WorkerSpec(
         policy=policy.name,
         model_path=model.path,
@@ -251,7 +257,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
         requested_threads=model.num_threads,
         requested_cpus=model.cpus_per_rank,
         engine_options=thaw(model.engine_options),
-        fsdp=FSDPOptions(fsdp_cfg.cpu_offload, fsdp_cfg.reshard_after_forward) if layout.sharded else None,
+        fsdp=_fsdp_options(model) if layout.sharded else None,
         master_weights=model.master_weights,
         chat_template_kwargs=thaw(model.chat_template_kwargs),
     )

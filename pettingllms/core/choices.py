@@ -47,6 +47,8 @@ Selection = _choice("Selection", ("greedy", "sample", "first"))
 NonFiniteReward = _choice("NonFiniteReward", ("error", "drop"))
 GroupFilter = _choice("GroupFilter", ("none", "dapo", "std", "mean"))
 DType = _choice("DType", ("float32", "bfloat16"))
+# Bytes per element, by our dtype names and by safetensors' (a header's "dtype"): the one table of them.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "F32": 4, "BF16": 2, "F16": 2}
 # auto: vLLM when the policy has GPUs, the transformers engine on CPU.
 EngineKind = _choice("EngineKind", ("auto", "hf", "vllm"))
 Tracker = _choice("Tracker", ("console", "tensorboard", "wandb"))

@@ -42,6 +42,7 @@ from pathlib import Path
 from pettingllms.core.atomic import atomic_directory
 from pettingllms.core.errors import ConfigError
 from pettingllms.models import aliases
+from pettingllms.core.choices import DTYPE_BYTES
 
 FACTS_DIR = Path(__file__).resolve().parent / "facts"
 SIZES = ("tiny", "full")
@@ -80,10 +81,7 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _DTYPE_BYTES[self.dtype]
-
-
-_DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4}
+        return self.numel * DTYPE_BYTES[self.dtype]
 
 
 # ---- recorded facts ----

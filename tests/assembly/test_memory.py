@@ -13,6 +13,7 @@ import torch
 from pettingllms.assembly import memory
 from pettingllms.core.errors import ConfigError
 from pettingllms.learner.footprint import LearnerSetup, STRANDED_CACHE_SHARE, layer_activation_bytes, learner_memory
+from pettingllms.core.choices import DTYPE_BYTES
 from pettingllms.models.shape import ModelShape, lora_parameters, parameter_count
 from pettingllms.rollout.vllm.footprint import engine_profile_bytes, kv_bytes_per_token, vllm_batch
 
@@ -145,7 +146,7 @@ def test_learner_estimate_matches_a_measured_update(config, dtype, lora, checkpo
     from pettingllms.core.choices import DEFAULT_LORA_TARGET_MODULES
 
     setup = LearnerSetup(
-        compute_bytes=memory.BYTES[dtype], lora_rank=8 if lora else 0,
+        compute_bytes=DTYPE_BYTES[dtype], lora_rank=8 if lora else 0,
         lora_targets=tuple(DEFAULT_LORA_TARGET_MODULES) if lora else (), adapters=len(adapters),
         trained_adapters=len(adapters), gradient_checkpointing=checkpointing, entropy_grad=entropy > 0,
         foreach_optimizer=False, expand_kv=False,  # CPU: AdamW's for-loop, SDPA takes grouped K/V
