@@ -42,7 +42,8 @@ from pettingllms.learner.footprint import (
 )
 from pettingllms.core.choices import DTYPE_BYTES
 from pettingllms.models.shape import KNOWN_MODEL_TYPES, ModelShape, layer_parameters, model_config, parameter_count
-from pettingllms.rollout.vllm.footprint import kv_bytes_per_token, vllm_batch, vllm_kv_room, vllm_profile_bytes
+from pettingllms.rollout.vllm.footprint import (DEFAULT_GPU_MEMORY_UTILIZATION, kv_bytes_per_token, vllm_batch,
+                                                vllm_kv_room, vllm_profile_bytes)
 
 
 GB = 1e9  # the printout's unit
@@ -78,7 +79,7 @@ class PolicyInput:
     learner: LearnerSetup
     gpus: float  # the policy's GPUs (a share below 1)
     tensor_parallel: int = 1
-    utilization: float = 0.5  # vLLM gpu_memory_utilization
+    utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION  # vLLM gpu_memory_utilization
     auto_utilization: bool = False  # engine_options.gpu_memory_utilization=auto: the plan sizes it
     engine_bytes: int = 2
     max_model_len: int = 0

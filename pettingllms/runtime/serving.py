@@ -47,12 +47,13 @@ import torch
 
 from pettingllms.core import ConfigError
 from pettingllms.models.lora import adapter_tensors
+from pettingllms.rollout.vllm.footprint import DEFAULT_GPU_MEMORY_UTILIZATION
 from pettingllms.runtime.spec import WorkerSpec, engine_seed
 
 # Fraction of its GPU(s) a colocated vLLM engine takes (weights + KV cache) unless engine_options say otherwise.
 # The rest holds the learner's resident state (its FSDP shard, gradients, optimizer state) while the engine is
 # awake; the engine sleeps during updates. A policy on a share of one GPU scales it by its share.
-VLLM_GPU_MEMORY_FRACTION = 0.5
+VLLM_GPU_MEMORY_FRACTION = DEFAULT_GPU_MEMORY_UTILIZATION
 
 # engine_options.gpu_memory_utilization=auto: the largest budget with which the GPU memory plan fits (training).
 AUTO_UTILIZATION = "auto"

@@ -72,6 +72,7 @@ from pettingllms.core.types import (
     GenerationResult,
 )
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
+from pettingllms.rollout.vllm.footprint import DEFAULT_GPU_MEMORY_UTILIZATION
 from pettingllms.rollout.vllm.lora import (
     ZERO_ADAPTER,
     RegisteredAdapter,
@@ -143,7 +144,7 @@ class VLLMEngine:
         model_path: str | Path,
         *,
         tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.5,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
         enable_lora: bool = False,
         max_loras: int = 4,
         max_lora_rank: int = 16,

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pettingllms.models.shape import ModelShape, parameter_count
 
+# vLLM's share of its GPU when nothing sets one (engine_options.gpu_memory_utilization): the engine's default, the
+# serving layer's and the memory plan's (one number, here)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.5
+
 GIB = 2**30
 # vLLM sizes its KV cache from what is left of its budget after a profile run at start (vLLM v1's worker,
 # determine_available_memory): budget - weights - the profile's activation peak - memory outside torch (and, from
