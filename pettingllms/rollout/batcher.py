@@ -63,25 +63,31 @@ class RequestBatcher:
 
     async def gather(self, parts: Iterable[Awaitable]) -> list:
         """Run parts of one episode concurrently (its playouts), each a participant of the flush rule until it ends;
-        results in order. The calling episode counts as waiting meanwhile."""
+        results in order. The calling episode counts as waiting until its last part ends (then it is live again, about
+        to ask for more: no flush may leave it out). Every part runs to its end; the first failure is raised then."""
         parts = list(parts)
         if not parts:
             return []
+        running = [len(parts)]
 
         async def part(awaitable: Awaitable):
             try:
                 return await awaitable
             finally:
                 self._parts -= 1
+                running[0] -= 1
+                if running[0] == 0:
+                    self._waiting_episodes -= 1  # the caller resumes next: live, not waiting
                 self._changed.set()
 
         self._parts += len(parts)
         self._waiting_episodes += 1
         self._changed.set()
-        try:
-            return list(await asyncio.gather(*(part(a) for a in parts)))
-        finally:
-            self._waiting_episodes -= 1
+        results = await asyncio.gather(*(part(a) for a in parts), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return list(results)
 
     async def run(self, episodes: Iterable[Awaitable]) -> list:
         """Run episode coroutines to completion, flushing requests whenever all live episodes wait."""

@@ -64,3 +64,58 @@ def test_gather_of_nothing_returns_at_once_and_leaves_the_count_alone():
 
     asyncio.run(main())
     assert client.calls == [["x", "x"]]
+
+
+def test_an_episode_whose_playouts_ended_is_waited_for_before_the_next_flush():
+    """After its last part ends, the episode is live again and about to ask: the next flush includes it (it used to go
+    out one request short, almost doubling the engine calls of a tree step with playouts)."""
+    client = RecordingClient()
+
+    async def main():
+        batcher = RequestBatcher({"policy_0": client})
+
+        async def playout(name: str):
+            return await batcher.generate_many([request(name)])
+
+        async def with_playouts():
+            await batcher.generate_many([request("e/t1")])
+            await batcher.gather([playout("e/p0"), playout("e/p1")])
+            await asyncio.to_thread(time.sleep, 0.05)  # scoring the playouts' results in a thread
+            return await batcher.generate_many([request("e/t2")])
+
+        async def plain():
+            await batcher.generate_many([request("b/t1")])
+            await batcher.generate_many([request("b/t2")])
+            return await batcher.generate_many([request("b/t3")])
+
+        return await batcher.run([with_playouts(), plain()])
+
+    asyncio.run(main())
+    assert client.calls == [["b/t1", "e/t1"], ["b/t2", "e/p0", "e/p1"], ["b/t3", "e/t2"]]
+
+
+def test_a_failing_part_lets_the_others_end_then_raises():
+    client = RecordingClient()
+    ended = []
+
+    async def main():
+        batcher = RequestBatcher({"policy_0": client})
+
+        async def fails():
+            raise ValueError("a playout failed")
+
+        async def slow():
+            await asyncio.to_thread(time.sleep, 0.05)
+            ended.append("slow")
+            return await batcher.generate_many([request("s")])
+
+        async def episode():
+            return await batcher.gather([fails(), slow()])
+
+        return await batcher.run([episode()])
+
+    import pytest
+
+    with pytest.raises(ValueError, match="a playout failed"):
+        asyncio.run(main())
+    assert ended == ["slow"]
