@@ -171,6 +171,9 @@ def load_dcp(state: dict[str, Any], directory: str | Path) -> None:
 WRITE_THREADS = 8
 
 
+_ONE_SAVE_AT_A_TIME = threading.Lock()
+
+
 class CheckedWriter(FileSystemWriter):
     """``FileSystemWriter`` with ``thread_count`` writer threads that cannot lose a write. torch's writer threads
     (2.11-2.13) report a failure only by printing it: that thread's results are missing, the save completes, and the
@@ -182,7 +185,10 @@ class CheckedWriter(FileSystemWriter):
         super().__init__(str(path), thread_count=thread_count)
 
     def write_data(self, plan, planner):
-        with _WriterThreadFailures() as failures:
+        # One save's writer threads at a time in a process: the failures are caught through the process-wide
+        # threading.excepthook, which two overlapping saves (two policies' background checkpoints) would swap under
+        # each other, losing or misfiling a failure.
+        with _ONE_SAVE_AT_A_TIME, _WriterThreadFailures() as failures:
             future = super().write_data(plan, planner)
         failures.raise_first()
         results = future.wait()

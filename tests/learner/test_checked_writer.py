@@ -80,3 +80,43 @@ def test_a_good_save_loads_back_equal_from_several_files(tmp_path):
     for name, tensor in state["model"].items():
         assert torch.equal(loaded["model"][name], tensor)
     assert int(loaded["step"]) == 3
+
+
+def test_two_overlapping_saves_take_turns_so_the_excepthook_is_theirs_and_restored():
+    """Two policies' background checkpoints in one process: their writes take turns (the failures of torch's writer
+    threads are caught through the process-wide threading.excepthook, which overlapping saves would swap under each
+    other), and the hook is the original once both are done."""
+    import threading
+    import time
+
+    from pettingllms.learner import safe_dcp
+
+    original = threading.excepthook
+    inside, overlaps = [0], []
+
+    def write_data(self, plan, planner):  # stands in for torch's writer: records overlap
+        inside[0] += 1
+        overlaps.append(inside[0])
+        time.sleep(0.05)
+        inside[0] -= 1
+        raise OSError("stop here")
+
+    writer = safe_dcp.CheckedWriter.__new__(safe_dcp.CheckedWriter)
+    base = safe_dcp.FileSystemWriter.write_data
+    safe_dcp.FileSystemWriter.write_data = write_data
+    try:
+        def save():
+            try:
+                writer.write_data(None, None)
+            except OSError:
+                pass
+
+        threads = [threading.Thread(target=save) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        safe_dcp.FileSystemWriter.write_data = base
+    assert overlaps == [1, 1, 1]
+    assert threading.excepthook is original
