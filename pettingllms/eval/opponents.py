@@ -89,7 +89,10 @@ def seatings(agent_specs: Mapping[str, AgentSpec], opponent: bool
         raise ConfigError(f"model.opponent plays the other agents, but the env has one agent ({list(agent_specs)}): "
                           "for a single-agent env against a fixed player use the env's own option (e.g. "
                           "env.options.opponent=random)")
-    for seat in agent_specs:
-        # an agent a server plays (agents.<role>.server) keeps its server in every pass
+    seats = [role for role, spec in agent_specs.items() if not is_served(spec.policy)]
+    if not seats:
+        raise ConfigError("model.opponent: every agent is played by a server (agents.<role>.server.url); no seat is "
+                          "left for the evaluated weights")
+    for seat in seats:  # an agent a server plays keeps its server in every pass and is never the evaluated seat
         yield seat, {role: spec if role == seat or is_served(spec.policy)
                      else dataclasses.replace(spec, policy=PREFIX + spec.policy) for role, spec in agent_specs.items()}

@@ -109,3 +109,20 @@ def test_seatings_move_every_other_agent_to_the_opponent():
     for seat, seated in passes.items():
         assert {role: (s.policy, s.adapter) for role, s in seated.items()} == {
             role: ("policy_0" if role == seat else PREFIX + "policy_0", role) for role in specs}
+
+
+def test_an_agent_a_server_plays_is_never_the_evaluated_seat_and_keeps_its_server():
+    import dataclasses
+
+    import pytest
+
+    from pettingllms.core import ConfigError
+
+    specs = {role: AgentSpec(agent=object(), policy="policy_0", train_sampling=None, val_sampling=None,
+                             adapter=role) for role in ("a", "b")}
+    specs["b"] = dataclasses.replace(specs["b"], policy="server:b", adapter=None)
+    passes = dict(seatings(specs, opponent=True))
+    assert list(passes) == ["a"]  # no pass where the server's seat would be reported as the evaluated one
+    assert passes["a"]["b"].policy == "server:b"
+    with pytest.raises(ConfigError, match="no seat is left"):
+        list(seatings({"b": specs["b"]} | {"c": dataclasses.replace(specs["b"], policy="server:c")}, opponent=True))
