@@ -5,7 +5,8 @@ policy (fictitious self-play; UnstableBaselines keeps such a pool of LoRA adapte
   ``<adapter>-pool<k>``, declared with the policy's adapters (``slot_adapters``), so the same engine serves them
   beside the live ones (one more LoRA each, for vLLM's ``max_loras`` too) and the checkpoint holds their weights.
 - Snapshots: every ``snapshot_every`` steps, after the step's update, every trained adapter is copied into slot
-  ``k`` (the slots fill in order, then the oldest is replaced): ``OpponentPool.snapshot_due`` / ``take``.
+  ``k`` (the slots fill in order, then the oldest is replaced): ``OpponentPool.snapshot_due``, ``next_slot``,
+  ``copies``, ``record``.
 - Seating, per problem of a step (``OpponentPool.seatings``): with probability ``live_prob``, or while the pool is
   empty, every agent plays live (plain self-play: every seat trains); otherwise one seat trains, taking turns across
   the step's problems, and one past version drawn uniformly from the filled slots plays every other pooled agent.
@@ -55,8 +56,11 @@ def check_pool(pool_size: int, agent_specs: Mapping[str, AgentSpec], lora_polici
                           f"{list(agent_specs)}); against a fixed player use the env's own opponent option "
                           "(e.g. env.options.opponent=random)")
     pooled = pooled_agents(agent_specs)
-    if not pooled:
-        raise ConfigError("self_play.pool_size: no agent trains (every agents.<role>.trainable is false)")
+    if len(pooled) < 2:
+        raise ConfigError(f"self_play.pool_size={pool_size} needs two trained agents or more (trained: {pooled}): in an "
+                          "episode against the pool one trained seat plays live and the past version plays the other "
+                          "trained agents, so with one there is no seat for it (a fixed opponent is an untrained agent, "
+                          "agents.<role>.trainable=false, or the env's opponent option)")
     full = sorted({agent_specs[a].policy for a in pooled if agent_specs[a].adapter is None
                    or agent_specs[a].policy not in lora_policies})
     if full:

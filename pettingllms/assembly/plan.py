@@ -113,6 +113,12 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
         for role, a in agents.items()
     }
     servers = {served_policy(role): (a.policy, a.server) for role, a in agents.items() if a.server}
+    served_only = sorted(name for name, p in policies.items() if p.agents and all(agents[r].server for r in p.agents))
+    if served_only:  # such a policy would load a whole model and engine for its chat template alone
+        raise ConfigError(f"{served_only} would serve only agents that a server plays "
+                          f"({sorted(r for n in served_only for r in policies[n].agents)}), loading a model just for its "
+                          "chat template; point those agents at a policy another agent uses (agents.<role>.policy; "
+                          "under L3 every agent gets its own, so use L1 or L2 with a served agent)")
     pool = None
     if not isinstance(cfg, EvalRunConfig):  # evaluation plays no pool (its own model.opponent instead)
         sp = cfg.self_play

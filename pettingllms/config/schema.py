@@ -198,7 +198,7 @@ class SelfPlayConfig(Freezable):
                                 "of the same model (the oldest replaced once all are filled); in an episode drawn "
                                 "against the pool one seat trains and a past version plays every other agent, its "
                                 "samples never trained ([self_play.md](self_play.md#opponents)). Needs LoRA on every "
-                                "trained policy and two agents or more")
+                                "trained policy and two trained agents or more")
     snapshot_every: int = setting(10, "steps between snapshots into the pool (after the step's update)")
     live_prob: float = setting(0.5, "the chance that a problem's episodes are plain self-play (every agent live "
                                     "and trained) rather than against a past version from the pool")

@@ -104,7 +104,7 @@ class AgentSpec:
 @dataclass(frozen=True)
 class Opponent:
     """A frozen past version that plays one agent in one episode, in place of the agent's live weights (the
-    opponent pool, ``trainer/opponent_pool.py``)."""
+    opponent pool, ``assembly/opponent_pool.py``)."""
 
     name: str  # in records and metrics, e.g. "pool1@step20"
     policy: str

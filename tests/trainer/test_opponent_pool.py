@@ -81,6 +81,8 @@ def test_pools_the_run_cannot_hold_are_refused_naming_the_fix():
     check_pool(0, {"solo": specs()["player_0"]}, [], program=False)  # off: nothing checked
     with pytest.raises(ConfigError, match="needs two acting agents"):
         check_pool(2, {"player_0": specs()["player_0"]}, ["policy_0"], program=False)
+    with pytest.raises(ConfigError, match="needs two trained agents or more"):
+        check_pool(2, specs(trainable=(True, False)), ["policy_0"], program=False)
     with pytest.raises(ConfigError, match=r"base_models.policy_0.lora.rank=16"):
         check_pool(2, specs(adapters=(None, None)), [], program=False)
     with pytest.raises(ConfigError, match="not built for programs"):

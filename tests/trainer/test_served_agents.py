@@ -68,6 +68,9 @@ def test_a_trainable_served_agent_a_bad_url_and_a_wrong_model_name_are_refused(s
     with pytest.raises(ConfigError, match=r"set agents.player_1.trainable=false"):
         run_training("train", [*TRAIN[:-1], f"+agents.player_1.server.url={server.url}",
                                f"training.log_dir={tmp_path}"])
+    with pytest.raises(ConfigError, match=r"\['policy_player_1'\] would serve only agents that a server plays"):
+        run_training("train", [*TRAIN, "specialization=L3", f"+agents.player_1.server.url={server.url}",
+                               f"training.log_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"http\(s\) API root"):
         run_training("train", [*TRAIN, "+agents.player_1.server.url=localhost:8000", f"training.log_dir={tmp_path}"])
     with pytest.raises((ConfigError, InfrastructureError), match="nosuch"):
