@@ -96,7 +96,9 @@ class PendingCheckpoint:
         self.tmp: Path = self._stack.enter_context(atomic_directory(final, replace=True))
 
     def finish(self, wait: Callable[[], None]) -> Path:
-        with self._closing():
+        """``wait`` joins every write (raising the first failure once all have ended); an interrupt while it waits
+        (Ctrl-C) waits again, quietly, so the folder is never removed under a write still running."""
+        with self._closing(drain=wait):
             wait()
             (self.tmp / STATE_FILE).write_text(json.dumps(self._state, indent=1, sort_keys=True))
             if self._private:
@@ -104,18 +106,21 @@ class PendingCheckpoint:
         return self.final
 
     @contextmanager
-    def _closing(self):
+    def _closing(self, drain: Callable[[], None] | None = None):
         """Close the folder after the block: renamed into place, or removed (the block's error, converted when the
-        disk was full, is raised)."""
+        disk was full, is raised), once ``drain`` has let every write end."""
         try:
             yield
         except BaseException as exc:
+            _quietly(drain)
             if not self._stack.__exit__(type(exc), exc, exc.__traceback__):
                 raise
             return
         self._stack.__exit__(None, None, None)
 
-    def abandon(self) -> None:
+    def abandon(self, drain: Callable[[], None] | None = None) -> None:
+        """Remove the folder (after ``drain`` let its writes end); ``latest`` is untouched."""
+        _quietly(drain)
         try:
             raise RuntimeError(f"checkpoint {self.final.name} abandoned")
         except RuntimeError as exc:
@@ -125,15 +130,25 @@ class PendingCheckpoint:
                 pass
 
 
+def _quietly(call: Callable[[], None] | None) -> None:
+    if call is None:
+        return
+    try:
+        call()
+    except BaseException:  # noqa: BLE001 - the caller is already handling the error that matters
+        pass
+
+
 def begin_checkpoint(root: Path, step: int, trainer_state: dict[str, Any], start_payload: Callable[[Path], None],
-                     *, private: bool = True) -> PendingCheckpoint:
+                     *, private: bool = True, drain: Callable[[], None] | None = None) -> PendingCheckpoint:
     """``write_checkpoint`` with its policies' writes left running: ``start_payload(step_dir)`` starts them (it
-    returns once every policy's state is copied); finish the result once they are done."""
+    returns once every policy's state is copied); finish the result once they are done. If starting fails, ``drain``
+    lets the writes already started end before the folder is removed."""
     pending = PendingCheckpoint(Path(root) / step_dir_name(step), trainer_state, private)
     try:
         start_payload(pending.tmp)
     except BaseException:
-        with pending._closing():  # removes the folder; a full disk's error named
+        with pending._closing(drain=drain):  # removes the folder; a full disk's error named
             raise
     return pending
 

@@ -243,8 +243,14 @@ class PolicyGroup:
         if self.use_ray:
             self._rank0_results({p: [actor.save_wait.remote() for actor in actors] for p, actors in self.ranks.items()})
             return
-        for workers in self.ranks.values():
-            workers[0].save_wait()
+        failures = []
+        for workers in self.ranks.values():  # every policy's write ends before the first failure is raised
+            try:
+                workers[0].save_wait()
+            except BaseException as exc:  # noqa: BLE001 - raised below, once all have ended
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
     def load(self, directory: str) -> None:
         self._call_all("load", lambda p: os.path.join(directory, p))

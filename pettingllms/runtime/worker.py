@@ -286,6 +286,7 @@ class PolicyWorker:
         is a collective, which cannot share the process group with training)."""
         from pettingllms.runtime.checkpoints import start_worker_save
 
+        self.save_wait()  # the host buffers are reused: never while the previous write still reads them
         if self.layout.sharded:
             self.save(directory)
             return

@@ -79,6 +79,7 @@ class Trainer:
         self.policies = None
         self.trackers: list = []
         self._pending_checkpoint: ckpt.PendingCheckpoint | None = None  # training.async_checkpoint: being written
+        self._pending_logged = False  # whether the pending checkpoint's step row is logged
         self._file_log = None  # train.log's handler while it is attached
         self._release = contextlib.ExitStack()  # undo actions of setup, run in reverse order by close()
         try:
@@ -181,6 +182,8 @@ class Trainer:
                         with clock.part("checkpoint"):  # async: the wait for the previous one, then the copy
                             self._complete_pending_checkpoint()
                             written = self._write_checkpoint(step, background=cfg.async_checkpoint)
+                            if isinstance(written, ckpt.PendingCheckpoint):  # published once written and logged
+                                self._pending_checkpoint, self._pending_logged = written, False
                     result.metrics.update(breakdown({**measured_parts(result.metrics), **clock.totals()},
                                                     time.perf_counter() - started))
                     # The step's row goes out before its checkpoint becomes the one a resume starts from, so a run
@@ -191,7 +194,7 @@ class Trainer:
                     results.append(result)
                     self.step_done = step
                     if isinstance(written, ckpt.PendingCheckpoint):
-                        self._pending_checkpoint = written  # published once written: next save, or the end
+                        self._pending_logged = True  # its step's row is out: it may become the one a resume uses
                     elif written is not None:
                         doing = f"the checkpoint of step {step}"
                         self._publish_checkpoint(written)
@@ -288,7 +291,7 @@ class Trainer:
         if background:
             return ckpt.begin_checkpoint(self.run_dir / "checkpoints", step, state,
                                          lambda step_dir: self.policies.save_start(str(step_dir / ckpt.POLICIES_DIR)),
-                                         private=private)
+                                         private=private, drain=self.policies.save_wait)
         return ckpt.write_checkpoint(self.run_dir / "checkpoints", step, state,
                                      lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
                                      private=private)
@@ -298,6 +301,9 @@ class Trainer:
         pruned)."""
         pending, self._pending_checkpoint = self._pending_checkpoint, None
         if pending is None:
+            return
+        if not self._pending_logged:  # its step's row never went out (a stop in between): not a resume point
+            pending.abandon(drain=self.policies.save_wait)
             return
         self._publish_checkpoint(pending.finish(self.policies.save_wait))
         ckpt.prune_checkpoints(self.run_dir / "checkpoints", self.cfg.training.max_ckpt_to_keep)
