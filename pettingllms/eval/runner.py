@@ -224,7 +224,7 @@ def _policies(cfg: EvalRunConfig, tasks: list[EnvTask], settings: EvalSettings, 
     evaluated = load_policies(cfg.model, specs, roles, settings.seed, checkpoint)
     try:
         for task in tasks:  # agents.<role>.server: agents a served model plays, beside the evaluated ones
-            if task.plan.servers:
+            if task.plan.servers and not set(task.plan.servers) <= set(evaluated.clients):  # once per name
                 served = served_agents(task.plan, evaluated.clients)
                 evaluated = merged(evaluated, LoadedPolicies(served.clients, described=served.described,
                                                              engines=served.engines))

@@ -228,7 +228,11 @@ class Gateway:
         if not isinstance(answered, tuple):
             return answered
         body, reply = answered
-        response = responses_api.response_object(reply, body)
+        try:
+            response = responses_api.response_object(reply, body)
+        except Exception as exc:  # ours: the program gets the reason, the log the traceback
+            log.exception("the gateway failed to answer a Responses request")
+            return self._error(RequestError(500, f"the gateway failed: {type(exc).__name__}: {exc}", "server_error"))
         if not body.get("stream"):
             return web.json_response(response)
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -12,6 +12,8 @@ Served: ``input`` as a string or a list of items (messages with text parts, ``fu
 ``max_output_tokens``. Refused with 400, naming the field: ``previous_response_id`` and ``conversation`` (the gateway
 keeps no state: send the whole conversation, as the SDK does by default), non-text content parts, hosted tools
 (web search, file search, ...), a forced ``tool_choice``. Sampling fields are the agent's, as for chat completions.
+``text.format`` (structured output) is not enforced, as chat completions' ``response_format`` is not: the model's
+text comes back as it wrote it, and a program that parses it sees what the model learned to write.
 """
 
 from __future__ import annotations
