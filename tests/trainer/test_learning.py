@@ -83,6 +83,8 @@ def test_l3_agents_learn_opposite_targets_with_their_own_models(tmp_path):
     assert rises(bob, 0.1), bob
 
 
+# Slow lane too (19 s): bf16 compute against fp32 stays in the default lane through tests/learner/test_precision.py.
+@pytest.mark.slow
 def test_bf16_compute_learns_like_fp32(tmp_path):
     """dtype=bfloat16 (bf16 autocast over fp32 master weights, the engine autocasting alike) raises the reward as
     float32 does; the rollout check stays quiet, so engine and learner agree in bf16 too."""
