@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _report import out_dir  # noqa: E402
 
-from pettingllms.sandbox.diagnostics import machine_info, soak  # noqa: E402
+from pettingllms.sandbox.diagnostics import fd_count_is_flat, machine_info, soak  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "sandbox_soak.json")
 
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     figures = soak(args.programs, max_workers=args.workers)
     figures["flat"] = (figures["wrong_result_count"] == 0 and figures["zombie_children_after"] == 0
                        and figures["surviving_marked_processes"] == 0 and figures["leftover_work_dirs"] == 0
-                       and figures["open_fds_after"] <= figures["open_fds_before"])
+                       and fd_count_is_flat(figures))
     report = {"benchmark": "sandbox_soak", "quick": args.quick, "machine": machine_info(), **figures}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -35,7 +35,18 @@ def machine_info() -> dict:
 
 
 def open_fd_count() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    return len(open_fds())
+
+
+def open_fds() -> dict[int, str]:
+    """This process's open file descriptors and what each points to (a path, ``pipe:[…]``, ``socket:[…]``)."""
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (the listing's own descriptor among them)
+            continue
+    return fds
 
 
 def rss_kib() -> int:
@@ -77,6 +88,17 @@ SOAK_PROGRAMS = (
 )
 
 
+# Other threads of this process (a library's log file, a writer thread a test left behind) may open a descriptor or
+# two while the soak runs; a leak of one per program shows as hundreds. (The mid-run samples include the pipes of
+# the programs in flight, so they move by a few either way and are for reading, not judging.)
+FD_SLACK = 2
+
+
+def fd_count_is_flat(figures: dict) -> bool:
+    """Whether a soak left at most ``FD_SLACK`` more descriptors open than it found."""
+    return figures["open_fds_after"] - figures["open_fds_before"] <= FD_SLACK
+
+
 def soak(n_programs: int, max_workers: int = 2, sandbox: Sandbox | None = None,
          limits: Limits | None = None) -> dict:
     """Run ``n_programs`` short programs through a pool and report resource figures before and after.
@@ -99,7 +121,7 @@ def _soak(n_programs: int, max_workers: int, sandbox: Sandbox, limits: Limits | 
     with SandboxPool(max_workers, sandbox=sandbox) as pool:
         pool.run("print('warm-up')", limits=limits)  # first run pays for probing the layer
         gc.collect()  # files that earlier work left for the collector must not close mid-soak and hide a leak
-        fds_before, rss_before = open_fd_count(), rss_kib()
+        fds_before, rss_before = open_fds(), rss_kib()
         start = time.monotonic()
         futures = collections.deque()
         for i in range(n_programs):
@@ -116,14 +138,17 @@ def _soak(n_programs: int, max_workers: int, sandbox: Sandbox, limits: Limits | 
         elapsed = time.monotonic() - start
         metrics = pool.metrics
     gc.collect()
+    fds_after = open_fds()
     return {
         "programs": n_programs,
         "workers": max_workers,
         "layer": sandbox.layer,
         "elapsed_s": round(elapsed, 3),
         "programs_per_s": round(n_programs / elapsed, 2),
-        "open_fds_before": fds_before,
-        "open_fds_after": open_fd_count(),
+        "open_fds_before": len(fds_before),
+        "open_fds_after": len(fds_after),
+        # What the after-count holds that the before-count did not: a leak names itself here.
+        "fds_opened_meanwhile": sorted(set(fds_after.values()) - set(fds_before.values()))[:20],
         "rss_kib_before": rss_before,
         "rss_kib_after": rss_kib(),
         "samples_done_fds_rss_kib": samples,
