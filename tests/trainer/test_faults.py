@@ -91,6 +91,8 @@ def test_kill_9_mid_checkpoint_then_resume_is_clean(tmp_path):
     assert "removed checkpoints/.step_000002.tmp-" in (run_dir / "train.log").read_text()
 
 
+# Slow lane: the full-disk test above takes the same path (an OSError mid-checkpoint, then resume).
+@pytest.mark.slow
 def test_a_file_size_limit_mid_checkpoint_says_file_too_large_and_the_run_resumes(tmp_path):
     first, _ = run_training("train", TINY + STEPS + [f"training.log_dir={tmp_path}", "training.stop_after_steps=1"])
     checkpoints = first.run_dir / "checkpoints"

@@ -106,6 +106,7 @@ def test_training_keeps_max_ckpt_to_keep_checkpoints(tmp_path):
     assert ckpt.latest_checkpoint(root).name == "step_000004"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -126,6 +127,8 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, monkeypatch):
     assert (other.run_dir / "wandb_run_id").read_text().strip() != run_id  # a new run directory: a new W&B run
 
 
+# Slow lane (24 s): a setup failing after the workers started releases them in the default lane.
+@pytest.mark.slow
 def test_a_failing_multirun_job_leaves_no_actors_placement_groups_or_log_handlers(tmp_path, capsys):
     """Job 0 fails in its worker after its Ray actor and placement group started (a LoRA target module the model
     lacks: only the model's load finds it; the prompt preflight, which failed job 0 here before, now runs before the

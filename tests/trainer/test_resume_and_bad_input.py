@@ -37,6 +37,8 @@ def comparable(run_dir: Path) -> dict[int, dict[str, float]]:
     return {r["step"]: {k: v for k, v in r.items() if not any(t in k for t in VOLATILE)} for r in rows}
 
 
+# Slow lane: the kill -9 resume test of the default lane holds the same, interrupted harder.
+@pytest.mark.slow
 def test_resumed_run_reproduces_the_uninterrupted_one(tmp_path):
     straight, _ = run_training("train", BASE + [f"training.log_dir={tmp_path}/a", "training.resume=none"])
     first, _ = run_training("train", BASE + [f"training.log_dir={tmp_path}/b", "training.resume=auto",
