@@ -154,6 +154,8 @@ def executor_config_of(cfg: Config) -> ExecutorConfig:
         alpha=cfg.reward.alpha,
         non_finite=cfg.reward.non_finite,
         playouts=cfg.rollout.playouts,
+        streaming=cfg.rollout.streaming,
+        streaming_wait_s=cfg.rollout.streaming_wait_s,
         max_prompt_length=cfg.training.max_prompt_length,
         max_response_length=cfg.training.max_response_length,
     )

@@ -189,6 +189,14 @@ class RolloutConfig(Freezable):
                                "state to the end by the current policies; the candidate's reward gains its agent's "
                                "mean outcome over them ([self_play.md](self_play.md#outcome-credit)). 0: only a candidate "
                                "that ends the game sees it")
+    streaming: bool = setting(False, "feed each engine without waiting for every episode: an engine that batches "
+                                     "continuously gets each episode's requests at once, any other gets what is pending "
+                                     "whenever it is free. Faster when episodes' lengths or env steps differ; batches "
+                                     "then depend on timing, so a run is not bit-reproducible "
+                                     "([streaming](#streaming-rollout))")
+    streaming_wait_s: float = setting(0.05, "streaming, engines that do not batch continuously (transformers): how "
+                                            "long a free engine waits for more requests before it sends what it has "
+                                            "(it never waits once every live episode waits)")
 
 
 @dataclass

@@ -1,8 +1,16 @@
-"""Collects generation requests from many concurrent episodes and sends each policy one batched call.
+"""Collects generation requests from many concurrent episodes and sends them to their policies in batched calls.
 
-Episodes are asyncio tasks. An episode asks for all requests of one stage at once and then waits. When every
-live episode is waiting, the batcher flushes: per policy, the pending requests (sorted by request id, so the
-batch does not depend on task scheduling) go to the policy in one call, and the policies run concurrently.
+Episodes are asyncio tasks. An episode asks for all requests of one stage at once and then waits. Two ways to send:
+
+- **Barrier** (the default; reproducible): when every live episode is waiting, the batcher flushes: per policy, the
+  pending requests (sorted by request id, so the batch does not depend on task scheduling) go to the policy in one
+  call, and the policies run concurrently. A stage lasts as long as its slowest sample and its slowest env step.
+- **Streaming** (``streaming=True``): each policy is fed on its own, without waiting for the other episodes. An
+  engine that batches continuously (``client.continuous``: vLLM's engine loop) gets each episode's requests the
+  moment they are asked for; any other engine (transformers) gets, whenever it is free, everything pending for it,
+  after waiting up to ``wait_s`` for more to arrive (or less, once every live episode waits). Which requests share a
+  batch then depends on timing, so runs are not bit-reproducible; grouping, trees and every sample's ids and
+  logprobs are as in barrier mode.
 
 An episode that runs parts of itself concurrently (tree mode's playouts) runs them through ``gather``: each part
 counts as a live participant until it ends, and the episode waits meanwhile, so a flush still waits for every
@@ -13,6 +21,7 @@ batches' make-up then depended on thread timing, and so did their results, in th
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Awaitable, Iterable, Mapping, Sequence
@@ -25,7 +34,7 @@ from pettingllms.rollout.policy_client import PolicyClient
 
 @dataclass
 class BatcherStats:
-    flushes: int = 0
+    calls: int = 0  # engine calls (a barrier flush calls each policy that has requests once)
     requests: int = 0
     sequences: int = 0
     calls_per_policy: dict[str, int] = field(default_factory=lambda: defaultdict(int))
@@ -35,11 +44,20 @@ GENERATE = "generate"  # the clock's part for the engine calls
 
 
 class RequestBatcher:
-    def __init__(self, clients: Mapping[str, PolicyClient], clock: PartClock | None = None) -> None:
+    def __init__(self, clients: Mapping[str, PolicyClient], clock: PartClock | None = None, *,
+                 streaming: bool = False, wait_s: float = 0.0) -> None:
+        if wait_s < 0:
+            raise ConfigError(f"rollout.streaming_wait_s must be >= 0, got {wait_s}")
         self.clients = dict(clients)
+        self.streaming = bool(streaming)
+        self.wait_s = float(wait_s)
         self.stats = BatcherStats()
         self.clock = clock if clock is not None else PartClock()  # the wall time of the engine calls: GENERATE
+        self.busy = PartClock()  # per policy: the wall time during which it had a call in flight
         self._pending: list[tuple[str, GenerationRequest, asyncio.Future]] = []
+        self._first_pending: dict[str, float] = {}  # streaming: policy -> when its oldest pending request came
+        self._in_flight: dict[str, int] = defaultdict(int)  # streaming: policy -> calls in flight
+        self._sends: set[asyncio.Task] = set()
         self._waiting_episodes = 0  # participants waiting for results (an episode waiting on its parts counts)
         self._parts = 0  # live participants beside the episode tasks: the running parts of ``gather``
         self._changed = asyncio.Event()
@@ -53,6 +71,7 @@ class RequestBatcher:
                 raise ConfigError(f"no policy named {policy!r}; known policies: {sorted(self.clients)}")
             future = loop.create_future()
             self._pending.append((policy, request, future))
+            self._first_pending.setdefault(policy, time.monotonic())
             futures.append(future)
         self._waiting_episodes += 1
         self._changed.set()
@@ -90,7 +109,7 @@ class RequestBatcher:
         return list(results)
 
     async def run(self, episodes: Iterable[Awaitable]) -> list:
-        """Run episode coroutines to completion, flushing requests whenever all live episodes wait."""
+        """Run episode coroutines to completion, sending requests by the barrier or streaming rule."""
         tasks = [asyncio.ensure_future(e) for e in episodes]
         for task in tasks:
             task.add_done_callback(lambda _: self._changed.set())
@@ -100,37 +119,96 @@ class RequestBatcher:
                 live = sum(not t.done() for t in tasks)
                 if live == 0:
                     break
-                live += self._parts
-                if self._pending and self._waiting_episodes >= live:
+                all_waiting = self._waiting_episodes >= live + self._parts
+                timeout = None
+                if self.streaming:
+                    timeout = self._send_ready(all_waiting)
+                elif self._pending and all_waiting:
                     await self._flush()
                     continue
                 self._changed.clear()
-                await self._changed.wait()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout)
+                except asyncio.TimeoutError:
+                    pass  # a held-back batch's wait is over
         except BaseException:
-            for task in tasks:
+            for task in [*tasks, *self._sends]:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self._sends, return_exceptions=True)
             raise
         return [t.result() for t in tasks]
 
+    def busy_seconds(self) -> dict[str, float]:
+        """Per policy: the wall time during which it had a call in flight (its engine's busy time)."""
+        return {policy: self.busy.seconds(policy) for policy in self.clients}
+
+    # ---- streaming ----
+    def _send_ready(self, all_waiting: bool) -> float | None:
+        """Start a call for every policy that may take one now; the seconds until a held-back batch may go."""
+        now = time.monotonic()
+        next_due = None
+        for policy in sorted({p for p, _, _ in self._pending}):
+            continuous = bool(getattr(self.clients[policy], "continuous", False))
+            if not continuous and self._in_flight[policy]:
+                continue  # sent when its call returns
+            due = self._first_pending[policy] + self.wait_s
+            if continuous or all_waiting or now >= due:
+                self._start_call(policy)
+            else:
+                next_due = min(due - now, next_due if next_due is not None else due - now)
+        return next_due
+
+    def _start_call(self, policy: str) -> None:
+        items = sorted(((r, f) for p, r, f in self._pending if p == policy), key=lambda item: item[0].request_id)
+        self._pending = [entry for entry in self._pending if entry[0] != policy]
+        del self._first_pending[policy]
+        self._in_flight[policy] += 1
+        task = asyncio.ensure_future(self._stream_call(policy, items))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _stream_call(self, policy: str, items: list[tuple[GenerationRequest, asyncio.Future]]) -> None:
+        try:
+            with self.clock.part(GENERATE):
+                results = await self._call(policy, [r for r, _ in items])
+        except BaseException as error:  # the episodes waiting on it fail with it, and so does the rollout
+            for _, future in items:
+                if not future.done():
+                    future.set_exception(error)
+            if not isinstance(error, Exception):
+                raise
+            return
+        finally:
+            self._in_flight[policy] -= 1
+            self._changed.set()
+        self._deliver(policy, items, results)
+
+    # ---- barrier ----
+
     async def _flush(self) -> None:
         pending, self._pending = self._pending, []
+        self._first_pending.clear()
         by_policy: dict[str, list[tuple[GenerationRequest, asyncio.Future]]] = defaultdict(list)
         for policy, request, future in pending:
             by_policy[policy].append((request, future))
         batches = {p: sorted(items, key=lambda item: item[0].request_id) for p, items in sorted(by_policy.items())}
         with self.clock.part(GENERATE):  # policies run concurrently: their calls' wall time, once
             outputs = await asyncio.gather(*(self._call(p, [r for r, _ in items]) for p, items in batches.items()))
-        self.stats.flushes += 1
         for (policy, items), results in zip(batches.items(), outputs):
-            self.stats.calls_per_policy[policy] += 1
-            for (request, future), result in zip(items, results):
-                self.stats.requests += 1
-                self.stats.sequences += request.n
-                future.set_result(result)
+            self._deliver(policy, items, results)
+
+    def _deliver(self, policy: str, items: list[tuple[GenerationRequest, asyncio.Future]],
+                 results: list[GenerationResult]) -> None:
+        self.stats.calls += 1
+        self.stats.calls_per_policy[policy] += 1
+        for (request, future), result in zip(items, results):
+            self.stats.requests += 1
+            self.stats.sequences += request.n
+            future.set_result(result)
 
     async def _call(self, policy: str, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        results = await self.clients[policy].generate(requests)
+        with self.busy.part(policy):
+            results = await self.clients[policy].generate(requests)
         if len(results) != len(requests):
             raise RuntimeError(f"policy {policy!r} returned {len(results)} results for {len(requests)} requests")
         for request, result in zip(requests, results):

@@ -124,6 +124,8 @@ class ExecutorConfig:
     max_response_length: int  # training.max_response_length
     non_finite: str  # reward.non_finite: error (stop the run) | drop (out of groups and selection)
     playouts: int  # rollout.playouts: playouts valuing each tree candidate, for envs with an outcome
+    streaming: bool  # rollout.streaming: feed each engine without waiting for every episode (batcher.py)
+    streaming_wait_s: float  # rollout.streaming_wait_s: how long a free engine waits for more requests
 
     @property
     def advantage_unit(self) -> str:
@@ -140,6 +142,8 @@ class ExecutorConfig:
             raise ConfigError(f"rollout.branching (K) must be >= 1, got {self.branching}")
         if self.playouts < 0:
             raise ConfigError(f"rollout.playouts must be >= 0, got {self.playouts}")
+        if self.streaming_wait_s < 0:
+            raise ConfigError(f"rollout.streaming_wait_s must be >= 0, got {self.streaming_wait_s}")
         if self.non_finite not in NON_FINITE:
             raise ConfigError(f"reward.non_finite must be one of {NON_FINITE}, got {self.non_finite!r}")
 
@@ -246,7 +250,8 @@ class Executor:
         k = n or self.config.branching
         mode = "independent" if validation else self.config.mode
         self._clock = PartClock()
-        batcher = RequestBatcher(self.clients, self._clock)
+        batcher = RequestBatcher(self.clients, self._clock, streaming=self.config.streaming,
+                                 wait_s=self.config.streaming_wait_s)
         self._dropped = []
         start = time.perf_counter()
         by_return = mode == "trajectory"
@@ -260,14 +265,20 @@ class Executor:
         if self._dropped:
             log.warning("dropped %d non-finite reward(s) (reward.non_finite=drop); the first: %s", len(self._dropped),
                         self._dropped[0])
-        # generate_s and env_s never overlap: the batcher calls the engines only while every live episode waits for
-        # them, so no env call is running then.
+        # The barrier calls the engines only while every live episode waits for them, so no env call runs meanwhile;
+        # streaming steps envs while the engines generate. env_s is the env time with no engine call in flight, so
+        # generate_s + env_s never exceed the rollout's wall time (both modes) and the step's parts add up.
+        rollout_s = time.perf_counter() - start
+        busy = batcher.busy_seconds()
         timings = {
-            "rollout_s": time.perf_counter() - start,
+            "rollout_s": rollout_s,
             "generate_s": self._clock.seconds(GENERATE),
-            "env_s": self._clock.seconds(ENV),
-            "generate_calls": float(batcher.stats.flushes),
+            "env_s": self._clock.alone_seconds(ENV),
+            "generate_calls": float(batcher.stats.calls),
             "generated_sequences": float(batcher.stats.sequences),
+            # the share of the rollout during which an engine had nothing to do, averaged over the policies
+            "engine_idle_fraction": (1.0 - sum(busy.values()) / (len(busy) * rollout_s)) if busy and rollout_s > 0
+            else 0.0,
         }
         return RolloutResult(
             samples=[s for o in outputs for s in o.samples],

@@ -244,7 +244,8 @@ def _scripted_rollout(env: AgentProgram, script, problems: Sequence[Problem], ru
     sampling = SamplingParams(max_tokens=256)
     specs = {role: AgentSpec(agent, "policy_0", sampling, sampling) for role, agent in make_agents(env).items()}
     config = ExecutorConfig(mode="trajectory", branching=runs, select="first", alpha=1.0,
-                            max_prompt_length=1_000_000, max_response_length=256, non_finite="drop", playouts=1)
+                            max_prompt_length=1_000_000, max_response_length=256, non_finite="drop", playouts=1,
+                            streaming=False, streaming_wait_s=0.0)
     rollout = ProgramRollout(env, specs, {"policy_0": LocalPolicyClient(engine, engine.codec)}, config)
     try:
         return rollout.run(problems, list(range(len(problems))))

@@ -49,3 +49,29 @@ def test_sequential_calls_add_up_and_parts_are_separate():
     assert 0.01 <= clock.seconds("sync") < clock.seconds("update")
     assert clock.seconds("checkpoint") == 0.0
     assert set(clock.totals()) == {"update", "sync"}
+
+
+def test_alone_seconds_count_only_the_time_no_other_part_ran(monkeypatch):
+    """gen 0-10; env 4-6 and 8-14 (overlapping gen), env 16-18 alone: env alone = 10-14 and 16-18 = 6 s."""
+    import pettingllms.core.part_clock as part_clock
+
+    now = [0.0]
+    monkeypatch.setattr(part_clock.time, "perf_counter", lambda: now[0])
+    clock = PartClock()
+    gen, env = clock.part("generate"), clock.part("env")
+
+    def at(t, action):
+        now[0] = t
+        action()
+
+    at(0, gen.__enter__)
+    at(4, env.__enter__)
+    at(6, lambda: env.__exit__(None, None, None))
+    at(8, env.__enter__)
+    at(10, lambda: gen.__exit__(None, None, None))
+    at(14, lambda: env.__exit__(None, None, None))
+    at(16, env.__enter__)
+    at(18, lambda: env.__exit__(None, None, None))
+    assert clock.seconds("generate") == 10 and clock.seconds("env") == 10
+    assert clock.alone_seconds("generate") == 6  # 0-4 and 6-8
+    assert clock.alone_seconds("env") == 6

@@ -103,3 +103,15 @@ def test_episodes_an_error_ended_are_named_in_a_line_and_on_the_step_line(capsys
     with StepProgress(total=1, done=0) as progress:
         progress.advance(1, episode_metrics(clean))
     assert "error_ratio" not in capsys.readouterr().out
+
+
+def test_a_streamed_run_keeps_its_parts_adding_up_and_reports_the_engines_idle_share(tmp_path):
+    from pettingllms.entry.train import run_training
+
+    trainer, _ = run_training("train", [*TINY, "training.total_training_steps=1", "training.val_freq=0",
+                                        "rollout.streaming=true", "env.max_turns=2", f"training.log_dir={tmp_path}"])
+    (row,) = [json.loads(line) for line in (trainer.run_dir / "summary.log").read_text().splitlines()]
+    assert sum(row[k] for k in BREAKDOWN_KEYS) == pytest.approx(row["timing/step_s"], rel=0.01)
+    assert all(row[k] >= 0 for k in BREAKDOWN_KEYS)
+    assert row["timing/generate_s"] + row["timing/env_s"] <= row["timing/rollout_s"]
+    assert 0.0 < row["timing/engine_idle_fraction"] < 1.0
