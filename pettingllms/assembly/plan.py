@@ -231,6 +231,15 @@ def _layout(cfg: Config, policy: PolicyPlan) -> WorkerLayout:
     return layout
 
 
+def _engine_options(cfg: Config, model, layout: WorkerLayout) -> dict:
+    """``base_models.<p>.engine_options``, plus vLLM's engine loop under the streaming rollout (the transformers
+    engine micro-batches instead: ``rollout/batcher.py``)."""
+    options = thaw(model.engine_options)
+    if layout.engine == "vllm" and not isinstance(cfg, EvalRunConfig) and cfg.rollout.streaming:
+        options.setdefault("continuous", True)
+    return options
+
+
 def _fsdp_options(model) -> FSDPOptions:
     return FSDPOptions(model.fsdp.cpu_offload, model.fsdp.reshard_after_forward)
 
@@ -264,7 +273,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
         seed=cfg.training.seed,
         requested_threads=model.num_threads,
         requested_cpus=model.cpus_per_rank,
-        engine_options=thaw(model.engine_options),
+        engine_options=_engine_options(cfg, model, layout),
         fsdp=_fsdp_options(model) if layout.sharded else None,
         master_weights=model.master_weights,
         chat_template_kwargs=thaw(model.chat_template_kwargs),

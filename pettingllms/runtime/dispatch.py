@@ -58,10 +58,12 @@ class EngineSetClient:
     call: ``(engine index, requests) -> awaitable list of results`` (a Ray actor call, or a local engine).
     """
 
-    def __init__(self, num_engines: int, call: Callable[[int, list[GenerationRequest]], Any], codec: Any) -> None:
+    def __init__(self, num_engines: int, call: Callable[[int, list[GenerationRequest]], Any], codec: Any,
+                 continuous: bool = False) -> None:
         self.num_engines = num_engines
         self._call = call
         self.codec = codec
+        self.continuous = continuous  # the engines batch concurrent calls themselves (see PolicyClient)
         self.requests_per_engine = [0] * num_engines  # counters, for metrics and tests
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:

@@ -24,13 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import ConfigError, Sample
-from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
+from pettingllms.rollout.policy_client import CONTINUOUS_CALLS, LocalPolicyClient, PolicyClient
 from pettingllms.runtime.dispatch import EngineSetClient
 from pettingllms.runtime.local_ray import LocalRay, start_local_ray
 from pettingllms.runtime.placement import local_cpus, release, reserve, share_cpus
 from pettingllms.runtime.serving import engine_visible_devices
 from pettingllms.runtime.spec import WorkerSpec
 from pettingllms.runtime.worker import PolicyWorker
+
+GENERATE_GROUP = "generate"  # the Ray concurrency group of a continuous engine's generate calls
 
 log = logging.getLogger("pettingllms.runtime")
 CLOSE_TIMEOUT_S = 60.0  # seconds the workers get to stop their engines before they are killed
@@ -137,6 +139,9 @@ class PolicyGroup:
             layout = spec.layout
             actors = []
             for rank in range(layout.num_ranks):
+                # A continuous engine takes concurrent generate calls: they get a concurrency group of their own,
+                # and every other method keeps the actor's one thread (updates, syncs and saves never interleave).
+                streaming = {"concurrency_groups": {GENERATE_GROUP: CONTINUOUS_CALLS}} if spec.continuous_engine else {}
                 options = actor_cls.options(
                     num_cpus=layout.cpus_per_rank,
                     num_gpus=layout.gpus_per_rank,
@@ -144,6 +149,7 @@ class PolicyGroup:
                         placement_group=self._placement_groups[spec.policy],
                         placement_group_bundle_index=layout.bundle_of(rank),
                     ),
+                    **streaming,
                 )
                 actors.append(options.remote(spec, rank))
             self.ranks[spec.policy] = actors
@@ -182,10 +188,14 @@ class PolicyGroup:
         hosts = [self.ranks[policy][rank] for rank in spec.layout.engine_ranks]
         codec = policy_codec(spec)
 
-        async def call(engine: int, requests):
-            return await hosts[engine].generate.remote(requests)
+        if spec.continuous_engine:
+            async def call(engine: int, requests):
+                return await hosts[engine].generate.options(concurrency_group=GENERATE_GROUP).remote(requests)
+        else:
+            async def call(engine: int, requests):
+                return await hosts[engine].generate.remote(requests)
 
-        return EngineSetClient(len(hosts), call, codec)
+        return EngineSetClient(len(hosts), call, codec, continuous=spec.continuous_engine)
 
     # ----------------------------------------------------------------------------------------- API
     def clients(self) -> dict[str, PolicyClient]:

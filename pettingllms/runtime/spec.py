@@ -50,6 +50,11 @@ class WorkerSpec:
     def engine(self) -> str:
         return self.layout.engine
 
+    @property
+    def continuous_engine(self) -> bool:
+        """Its engines batch concurrent calls themselves (vLLM's engine loop, for the streaming rollout)."""
+        return self.engine == "vllm" and bool(self.engine_options.get("continuous", False))
+
     def describe(self) -> str:
         """One line for ``--dry-run``: layout, precision and adapters."""
         adapters = f", LoRA r={self.lora.rank} adapters {list(self.adapters)}" if self.lora is not None else ""

@@ -72,6 +72,7 @@ from pettingllms.core.types import (
     GenerationResult,
 )
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
+from pettingllms.rollout.vllm.engine_loop import EngineLoop
 from pettingllms.rollout.vllm.footprint import DEFAULT_GPU_MEMORY_UTILIZATION
 from pettingllms.rollout.vllm.lora import AdapterRegistry
 from pettingllms.rollout.vllm.weights import (
@@ -149,6 +150,7 @@ class VLLMEngine:
         reproducible: bool = True,
         sync_chunk_mb: float = DEFAULT_SYNC_CHUNK_MB,
         codec=None,
+        continuous: bool = False,
         llm_options: Mapping[str, Any] | None = None,
     ) -> None:
         _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len)
@@ -217,6 +219,10 @@ class VLLMEngine:
         self._weights_asleep = False  # after sleep(), until wake_up(["weights"]) or a sync wakes them
         self._weights_stale = False  # True after sleep(level=2) until sync_weights
         self._lock = threading.Lock()  # vLLM's LLM is not safe for concurrent calls
+        # continuous: concurrent generate calls share the engine, each answered when its own requests finish
+        # (the streaming rollout); otherwise each call runs vLLM's offline generate, one call at a time.
+        self.continuous = bool(continuous)
+        self._loop = EngineLoop(self.llm, self._lock) if self.continuous else None
         self.adapters = AdapterRegistry(self.llm, self._lock)
         if self.enable_lora and current_platform.is_cpu():
             self.adapters.add_zero_adapter(self.model_dir)  # base-weight requests on CPU (lora.zero_adapter)
@@ -246,7 +252,8 @@ class VLLMEngine:
     # ---- the RolloutEngine protocol ----
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """Completions for every request, in request order (``n`` completions each)."""
+        """Completions for every request, in request order (``n`` completions each). Continuous: safe to call from
+        several threads at once."""
         requests = list(requests)
         with self._lock:
             self._check_ready()
@@ -255,12 +262,17 @@ class VLLMEngine:
             call = self._calls
             self._calls += 1
             completions, runnable = screen_prompts(requests, self.vocab_size, self.context_window, logger)
-            if runnable:
-                done = run_or_retry_one_by_one([(index, requests[index]) for index in runnable],
-                                               lambda batch: self._run(batch, call), lambda item: item[1],
-                                               lambda item: item[1].n, logger, "vLLM generation")
-                for index, result in zip(runnable, done):
-                    completions[index] = result
+        if runnable:
+            def run(batch):  # the loop takes the lock per step; vLLM's own generate holds it for the whole call
+                if self._loop is not None:
+                    return self._run(batch, call)
+                with self._lock:
+                    return self._run(batch, call)
+
+            done = run_or_retry_one_by_one([(index, requests[index]) for index in runnable], run,
+                                           lambda item: item[1], lambda item: item[1].n, logger, "vLLM generation")
+            for index, result in zip(runnable, done):
+                completions[index] = result
         return [GenerationResult(r.request_id, tuple(c)) for r, c in zip(requests, completions)]
 
     # ---- weights ----
@@ -430,6 +442,10 @@ class VLLMEngine:
 
     def close(self) -> None:
         """Stop vLLM's engine process(es) and delete the adapter folders this engine wrote."""
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.close()
+            self._loop = None
         registry = getattr(self, "adapters", None)
         if registry is not None:
             registry.close()
@@ -454,12 +470,11 @@ class VLLMEngine:
         prompts = [TokensPrompt(prompt_token_ids=list(request.prompt_ids)) for _, request in batch]
         params = [self._sampling_params(request, self._request_seed(call, index)) for index, request in batch]
         adapters = [self._lora_request(request.adapter) for _, request in batch]
-        outputs = self.llm.generate(
-            prompts,
-            params,
-            use_tqdm=False,
-            lora_request=adapters if any(a is not None for a in adapters) else None,
-        )
+        lora_requests = adapters if any(a is not None for a in adapters) else None
+        if self._loop is not None:
+            outputs = self._loop.run(prompts, params, lora_requests)
+        else:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora_requests)
         if len(outputs) != len(batch):
             raise RuntimeError(f"vLLM returned {len(outputs)} results for {len(batch)} requests")
         return [self._completions(output, request) for output, (_, request) in zip(outputs, batch)]
