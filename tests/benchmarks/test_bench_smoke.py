@@ -240,3 +240,16 @@ def test_gpu_probe_quick(tmp_path):
     checkpoint = reports["checkpoint"]["samples"]
     assert checkpoint["async_eight_threads"]["complete_s"] >= checkpoint["async_eight_threads"]["blocking_s"] > 0
     assert checkpoint["trainer_async"]["blocking_s"] > 0 and checkpoint["trainer_async"]["write_s"] > 0
+
+
+@pytest.mark.bench
+def test_rollout_streaming_quick(tmp_path):
+    report = load_benchmark("rollout_streaming").main(["--quick", "--out-dir", str(tmp_path)])
+    written = json.loads((tmp_path / "rollout_streaming_hf.json").read_text())
+    check_common_fields(written, "rollout_streaming_hf", script="rollout_streaming")
+    (pair,) = written["samples"]
+    for mode in ("barrier", "streaming"):
+        assert pair[mode]["tokens"] > 0 and 0.0 <= pair[mode]["engine_idle_share"] <= 1.0
+    assert pair["streaming"]["engine_calls"] > pair["barrier"]["engine_calls"]  # it did not wait for everyone
+    assert written["also_required"]["equal_tokens"] is (pair["barrier"]["tokens"] == pair["streaming"]["tokens"])
+    assert report["medians"]["ratio"] == written["measured"]
