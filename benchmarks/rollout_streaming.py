@@ -46,7 +46,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="tiny-random-smollm2", help="a model alias or directory")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--samples", type=int, default=2, help="n per request (a tree node's K)")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="n per request; vLLM refuses n > 1 with greedy sampling, so only the transformers engine "
+                             "takes more")
     parser.add_argument("--short-tokens", type=int, default=8)
     parser.add_argument("--long-tokens", type=int, default=128)
     parser.add_argument("--long-share", type=float, default=0.15, help="the share of requests that run to the cap")
@@ -100,7 +102,7 @@ def make_engines(args: argparse.Namespace):
 
 
 def rollout(engine, codec, plan, args, streaming: bool) -> dict:
-    from pettingllms.core.types import GenerationRequest, SamplingParams
+    from pettingllms.core.types import FINISH_ERROR, GenerationRequest, SamplingParams
     from pettingllms.rollout.batcher import RequestBatcher
     from pettingllms.rollout.policy_client import LocalPolicyClient
 
@@ -116,6 +118,9 @@ def rollout(engine, codec, plan, args, streaming: bool) -> dict:
                 sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
                 (result,) = await batcher.generate_many(
                     [("policy_0", GenerationRequest(f"e{index}t{turn}", prompt, args.samples, sampling))])
+                failed = [c for c in result.completions if c.finish_reason == FINISH_ERROR]
+                if failed:
+                    raise RuntimeError(f"request e{index}t{turn}: {len(failed)} failed completion(s); see the log")
                 tokens += sum(len(c.token_ids) for c in result.completions)
                 prompt = prompt + result.completions[0].token_ids  # the next turn extends the history
                 await asyncio.to_thread(time.sleep, env_s)

@@ -83,17 +83,6 @@ def test_greedy_answers_equal_the_offline_engines(continuous_engine, engine):
     assert [c.token_ids for r in streamed for c in r.completions] == [c.token_ids for r in offline for c in r.completions]
 
 
-def test_a_closed_loop_refuses_new_calls(tiny_dir, codec):
-    from pettingllms.rollout.vllm import VLLMEngine
-
-    engine = VLLMEngine(tiny_dir, dtype="float32", seed=0, max_model_len=CONTEXT, codec=codec, continuous=True,
-                        llm_options={"enforce_eager": True, "block_size": 32})
-    loop = engine._loop
-    engine.close()
-    with pytest.raises(RuntimeError, match="closed"):
-        loop.run([{"prompt_token_ids": [1, 2, 3]}], [None], None)
-
-
 def test_training_streams_through_the_vllm_engine_loop(tiny_dir, tmp_path):
     """`pettingllms train` with engine=vllm and rollout.streaming=true: two steps; the rollout check holds."""
     import json

@@ -47,7 +47,8 @@ class EngineLoop:
         self._llm = llm
         self._lock = lock
         self._changed = threading.Condition()  # guards _waiting and _stopped
-        self._waiting: dict[str, tuple[_Waiter, int]] = {}  # the request id vLLM answers with -> (caller, position)
+        # the request id vLLM answers with -> (caller, position, the id vLLM gave it: what an abort names)
+        self._waiting: dict[str, tuple[_Waiter, int, str]] = {}
         self._stopped = False
         self.steps = 0  # engine steps taken (for tests and metrics)
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
@@ -64,7 +65,7 @@ class EngineLoop:
             ids = self._llm.enqueue(list(prompts), list(params), lora_request=lora_requests, use_tqdm=False)
             with self._changed:
                 for position, request_id in enumerate(ids):
-                    self._waiting[answer_id(request_id)] = (waiter, position)
+                    self._waiting[answer_id(request_id)] = (waiter, position, str(request_id))
                 self._changed.notify()
         waiter.done.wait()
         if waiter.error is not None:
@@ -94,7 +95,7 @@ class EngineLoop:
                 self.steps += 1
             except Exception as error:  # the engine failed: every caller in flight hears it, later calls may retry
                 logger.exception("a vLLM engine step failed; failing the %d requests in flight", len(self._waiting))
-                self._fail_all(error)
+                self._abort(self._fail_all(error))
                 continue
             for output in outputs:
                 if output.finished:
@@ -108,11 +109,21 @@ class EngineLoop:
                         lost = sorted(self._waiting)
                         self._fail_all(RuntimeError(f"vLLM finished without answering requests {lost[:5]}"))
 
-    def _fail_all(self, error: BaseException) -> None:
+    def _fail_all(self, error: BaseException) -> list[str]:
+        """Fail every waiting caller; the ids vLLM gave their requests."""
         with self._changed:
             waiting, self._waiting = self._waiting, {}
-        for waiter, _ in waiting.values():
+        for waiter, _, _ in waiting.values():
             waiter.fail(error)
+        return [engine_id for _, _, engine_id in waiting.values()]
+
+    def _abort(self, engine_ids: list[str]) -> None:
+        """Drop failed requests from vLLM, so their steps do not go on for nobody (best effort: it may be dead)."""
+        try:
+            with self._lock:
+                self._llm.llm_engine.abort_request(engine_ids, internal=True)
+        except Exception:
+            logger.warning("could not abort %d failed vLLM requests", len(engine_ids), exc_info=True)
 
 
 def answer_id(request_id: str) -> str:

@@ -1,0 +1,123 @@
+"""vLLM's engine loop (``rollout/vllm/engine_loop.py``) over a stand-in ``LLM`` that behaves as vLLM's does: ``enqueue``
+returns ids with vLLM's random suffix, ``llm_engine.step()`` advances every unfinished request by one token and
+returns the finished ones under their bare ids. (The real engine: tests/vllm_cpu/test_vllm_streaming.py.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from pettingllms.rollout.vllm.engine_loop import EngineLoop, answer_id
+
+
+class StandInLLM:
+    def __init__(self, step_seconds: float = 0.002, fail_at_step: int | None = None):
+        self.step_seconds, self.fail_at_step = step_seconds, fail_at_step
+        self.left: dict[str, int] = {}  # bare id -> tokens still to generate
+        self.counter = 0
+        self.steps = 0
+        self.aborted: list[str] = []
+        self.llm_engine = SimpleNamespace(step=self._step, has_unfinished_requests=lambda: bool(self.left),
+                                          abort_request=self._abort)
+
+    def _abort(self, ids, internal=False):
+        assert internal
+        self.aborted.extend(ids)
+        for engine_id in ids:
+            self.left.pop(engine_id.rsplit("-", 1)[0], None)
+
+    def enqueue(self, prompts, params, lora_request=None, use_tqdm=True):
+        ids = []
+        for length in params:  # the stand-in's "params" are the tokens each request generates
+            bare = str(self.counter)
+            self.counter += 1
+            self.left[bare] = length
+            ids.append(f"{bare}-a1b2c3d4")
+        return ids
+
+    def _step(self):
+        self.steps += 1
+        if self.fail_at_step is not None and self.steps == self.fail_at_step:
+            raise RuntimeError("engine core died")
+        time.sleep(self.step_seconds)
+        outputs = []
+        for bare in list(self.left):
+            self.left[bare] -= 1
+            finished = self.left[bare] <= 0
+            if finished:
+                del self.left[bare]
+            outputs.append(SimpleNamespace(request_id=bare, finished=finished))
+        return outputs
+
+
+def test_answer_ids_drop_vllms_random_suffix_only():
+    assert answer_id("17-9521d914") == "17" and answer_id("a-b-9521d914") == "a-b" and answer_id("17") == "17"
+
+
+def test_each_caller_is_answered_when_its_own_requests_finish():
+    llm = StandInLLM()
+    loop = EngineLoop(llm, threading.Lock())
+    finished = {}
+
+    def call(name, lengths):
+        outputs = loop.run(["p"] * len(lengths), lengths, None)
+        finished[name] = (time.monotonic(), [o.request_id for o in outputs])
+
+    long_call = threading.Thread(target=call, args=("long", [200, 3]))
+    long_call.start()
+    time.sleep(0.05)
+    call("short", [2])
+    assert "long" not in finished
+    long_call.join()
+    loop.close()
+    assert finished["short"][0] < finished["long"][0]
+    assert finished["long"][1] == ["0", "1"] and finished["short"][1] == ["2"]  # in request order, own outputs
+
+
+def test_a_failing_step_fails_the_callers_in_flight_and_the_loop_serves_the_next():
+    llm = StandInLLM(fail_at_step=3)
+    loop = EngineLoop(llm, threading.Lock())
+    with pytest.raises(RuntimeError, match="engine core died"):
+        loop.run(["p"], [10], None)
+    assert llm.aborted == ["0-a1b2c3d4"] and not llm.left  # dropped from the engine, under the id vLLM gave it
+    assert [o.request_id for o in loop.run(["p"], [2], None)] == ["1"]
+    loop.close()
+
+
+def test_a_closed_loop_refuses_calls_and_answers_waiting_ones_with_an_error():
+    llm = StandInLLM(step_seconds=0.01)
+    loop = EngineLoop(llm, threading.Lock())
+    errors = []
+
+    def waiting_call():
+        try:
+            loop.run(["p"], [10_000], None)
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    caller = threading.Thread(target=waiting_call)
+    caller.start()
+    time.sleep(0.05)
+    loop.close()
+    caller.join(timeout=10)
+    assert errors and "closed while requests were in flight" in errors[0]
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.run(["p"], [1], None)
+
+
+def test_weight_syncs_wait_at_most_one_step_for_the_engines_lock():
+    lock = threading.Lock()
+    llm = StandInLLM(step_seconds=0.02)
+    loop = EngineLoop(llm, lock)
+    caller = threading.Thread(target=loop.run, args=(["p"], [50], None))
+    caller.start()
+    time.sleep(0.05)
+    started = time.monotonic()
+    with lock:  # what sync_weights, sleep and adapter changes take
+        waited = time.monotonic() - started
+    caller.join()
+    loop.close()
+    assert waited < 0.5
