@@ -4,11 +4,13 @@
 # it ends, so a part that overruns costs only itself.
 #
 #   bash benchmarks/gpu_lent.sh OUT_DIR [WHEEL_DIR]
+#   GPU_PARTS="streaming" bash benchmarks/gpu_lent.sh OUT_DIR [WHEEL_DIR]     # some parts only (one call <= 10 min)
 #
 # WHEEL_DIR: wheels for what the machine lacks (the project's pins of transformers, tokenizers, peft, verl, hydra,
 # omegaconf, ...; Ray without its server binaries, imported and never started) and ``smollm2-tokenizer/`` (the BPE
 # files the full-size replica takes; the packaged GGUF needs the gguf package to convert). docs/distributed.md says
-# how to make it. vLLM is not needed by any part here.
+# how to make it. Only the streaming part needs vLLM (skipped, and said so, where it is not installed); all
+# parts together take longer than one 10-minute call: run them as two calls (GPU_PARTS).
 set -u
 out=${1:?usage: gpu_lent.sh OUT_DIR [WHEEL_DIR]}
 wheels=${2:-}
@@ -30,8 +32,10 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 status=0
+parts=" ${GPU_PARTS:-attention ipc learner checkpoint streaming} "
 part() {  # part SECONDS NAME COMMAND...
   local limit=$1 name=$2; shift 2
+  [[ "$parts" == *" $name "* ]] || return 0
   local start=$SECONDS
   timeout -k 10 "$limit" "$@" || { echo "gpu_lent: $name exited $? after $((SECONDS - start)) s"; status=1; }
   echo "gpu_lent: $name took $((SECONDS - start)) s"
@@ -43,4 +47,13 @@ tokenizer=()
 part 220 learner python3 benchmarks/gpu_learner.py --cases chunked chunked_sdpa lora --repeats 2 --profile "${tokenizer[@]}" \
   --replica-cache /tmp/replicas --out-dir "$out"
 part 140 checkpoint python3 benchmarks/gpu_probe.py --parts checkpoint --scratch /tmp/probe-ckpt --out-dir "$out"
+# The streaming rollout against the barrier (vLLM's engine loop against its offline generate), a full-size random
+# Qwen3-0.6B replica in bf16, greedy, long-tailed lengths (15% of requests to 1,024 tokens) and env steps.
+if python3 -c 'import vllm' 2>/dev/null; then
+  part 300 streaming python3 benchmarks/rollout_streaming.py --engine vllm --replica Qwen/Qwen3-0.6B --dtype bfloat16 \
+    "${tokenizer[@]}" --replica-cache /tmp/replicas --episodes 64 --turns 4 --short-tokens 64 --long-tokens 1024 \
+    --repeats 2 --out-dir "$out"
+elif [[ "$parts" == *" streaming "* ]]; then
+  echo "gpu_lent: streaming skipped: vLLM is not installed here"
+fi
 exit $status

@@ -29,7 +29,9 @@ import asyncio
 import os
 import random
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,6 +46,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--model", default="tiny-random-smollm2", help="a model alias or directory")
+    parser.add_argument("--replica", help="instead of --model: a full-size random-weight replica of this model id "
+                                          "(pettingllms/models/replicas.py; e.g. Qwen/Qwen3-0.6B on a GPU)")
+    parser.add_argument("--tokenizer-dir", help="the converted SmolLM2 folder a replica takes its BPE from")
+    parser.add_argument("--replica-cache", default=os.path.join(tempfile.gettempdir(), "pettingllms-replicas"))
+    parser.add_argument("--dtype", default="float32", help="the engines' dtype (bfloat16 on a GPU)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.4,
+                        help="vLLM on a GPU: each of the two engines' share (both live at once)")
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--samples", type=int, default=1,
@@ -87,18 +96,30 @@ def make_engines(args: argparse.Namespace):
     from pettingllms.models import HFChatCodec, load_model, resolve_model
 
     torch.set_num_threads(args.threads)
-    model_dir = resolve_model(args.model)
+    model_dir = replica(args) if args.replica else resolve_model(args.model)
     codec = HFChatCodec.from_pretrained(model_dir)
     if args.engine == "hf":
         from pettingllms.rollout.hf_engine import HFEngine
 
-        engine = HFEngine(load_model(model_dir, dtype="float32"), codec, seed=0)
+        engine = HFEngine(load_model(model_dir, dtype=args.dtype), codec, seed=0)
         return engine, engine, codec
     from pettingllms.rollout.vllm import VLLMEngine
 
-    options = dict(dtype="float32", seed=0, codec=codec, max_model_len=512,
+    options = dict(dtype=args.dtype, seed=0, codec=codec, max_model_len=2 * args.long_tokens * args.turns + 256,
+                   # enforce_eager: no compile or graph capture (a minute or more at start), the same for both modes
                    llm_options={"enforce_eager": True, "block_size": 32})
+    if torch.cuda.is_available():
+        options["gpu_memory_utilization"] = args.gpu_memory_utilization
     return VLLMEngine(model_dir, **options), VLLMEngine(model_dir, continuous=True, **options), codec
+
+
+def replica(args: argparse.Namespace) -> str:
+    from pettingllms.models.replicas import build_replica
+
+    dest = Path(args.replica_cache) / args.replica.replace("/", "--")
+    if not (dest / "config.json").is_file():
+        build_replica(args.replica, dest, size="full", tokenizer_dir=args.tokenizer_dir)
+    return str(dest)
 
 
 def rollout(engine, codec, plan, args, streaming: bool) -> dict:
