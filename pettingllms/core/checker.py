@@ -104,6 +104,208 @@ def random_responses(n: int, seed: int = 0) -> list[str]:
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400))) for _ in range(n)]
 
 
+@dataclass
+class CheckContext:
+    """What the checks share: the env, its agents and example problems (filled in by the first checks), the seed,
+    how many random strings each parser gets, and the first problem's start state."""
+
+    env: Env
+    agents: dict[str, Agent] | None = None
+    problems: Sequence[Problem] | None = None
+    seed: int = 0
+    n_random: int = 200
+    s0: Any = None
+
+
+# ---------------------------------------------------------------------------------------------------- the checks
+# Each takes the context and returns None when the env passes it, else what is wrong; they run in CHECKS' order, and
+# a check may rely on the ones before it (the context's agents, problems and start state).
+
+
+def check_signatures(ctx: CheckContext) -> str | None:
+    for method, params in (("reset", ("problem", "seed")), ("step", ("state", "agent", "action"))):
+        try:
+            inspect.signature(getattr(ctx.env, method)).bind(*params)
+        except TypeError as exc:
+            return f"{method}{params} cannot be called positionally: {exc}"
+    if not isinstance(ctx.env.max_turns, int) or ctx.env.max_turns < 1:
+        return f"max_turns must be a positive int, got {ctx.env.max_turns!r}"
+    return None
+
+
+def check_agents(ctx: CheckContext) -> str | None:
+    if ctx.agents is None:
+        ctx.agents = make_agents(ctx.env)
+    missing = [a for a in ctx.env.graph.agents if a not in ctx.agents]
+    return f"no agent for roles {missing}" if missing else None
+
+
+def check_problems(ctx: CheckContext) -> str | None:
+    if ctx.problems is None:
+        ctx.problems = list(ctx.env.example_problems(2))
+    return None if ctx.problems else "example_problems() returned nothing to check with"
+
+
+def check_reset_determinism(ctx: CheckContext) -> str | None:
+    env, seed = ctx.env, ctx.seed
+    for p in ctx.problems:
+        a, b = env.reset(p, seed), env.reset(p, seed)
+        if not _same(a, b):
+            return f"reset({p.problem_id!r}, seed={seed}) gave different states: {_short(a)} vs {_short(b)}"
+    ctx.s0 = env.reset(ctx.problems[0], seed)
+    return None
+
+
+def check_parsers_survive_garbage(ctx: CheckContext) -> str | None:
+    for role, agent in ctx.agents.items():
+        for text in GARBAGE_RESPONSES + tuple(random_responses(ctx.n_random, ctx.seed)):
+            try:
+                agent.parse(text)
+            except Exception as exc:  # the whole point: nothing may escape
+                return f"agent {role!r}.parse raised {exc!r} on {text[:60]!r}"
+    return None
+
+
+def check_observe_returns_chat_messages(ctx: CheckContext) -> str | None:
+    for role, agent in ctx.agents.items():
+        messages = agent.observe(ctx.s0, 0)
+        if not isinstance(messages, list) or not messages:
+            return f"agent {role!r}.observe returned {type(messages).__name__}, expected a non-empty list"
+        for m in messages:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                return f"agent {role!r}.observe returned a malformed message {m!r:.200}"
+    return None
+
+
+def check_acting_agents(ctx: CheckContext) -> str | None:
+    return _check_acting(ctx.env, ctx.s0)
+
+
+def check_step_is_pure_and_deterministic(ctx: CheckContext) -> str | None:
+    env, s0 = ctx.env, ctx.s0
+    for role, agent in ctx.agents.items():
+        if role not in _first_stage(env, s0):
+            continue  # a game's seats that are not to move are never stepped
+        for text in GARBAGE_RESPONSES[:8]:
+            action = agent.parse(text)
+            before = copy.deepcopy(s0)
+            first = env.step(s0, role, action)
+            if not isinstance(first, Transition):
+                return f"step returned {type(first).__name__}, expected Transition"
+            if not _same(s0, before):
+                return f"step({role!r}, {text!r}) mutated its input state"
+            second = env.step(s0, role, action)
+            if not _same(first.state, second.state) or (first.terminated, first.truncated) != (
+                second.terminated,
+                second.truncated,
+            ):
+                return f"step({role!r}, {text!r}) is not deterministic"
+            if not isinstance(first.terminated, bool) or not isinstance(first.truncated, bool):
+                return "terminated and truncated must be bools"
+    return None
+
+
+def check_no_aliasing_between_branches(ctx: CheckContext) -> str | None:
+    env, s0 = ctx.env, ctx.s0
+    role = _first_stage(env, s0)[0]
+    agent = ctx.agents[role]
+    a = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[3])).state
+    b = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[4])).state
+    for label, x, y in (("two branches", a, b), ("a branch and its parent", a, s0)):
+        shared = _mutable_ids(x) & _mutable_ids(y)
+        if shared:
+            return f"{label} share {len(shared)} mutable object(s); return new immutable states from step"
+    return None
+
+
+def check_forks_are_independent_across_threads(ctx: CheckContext) -> str | None:
+    env, s0, agents = ctx.env, ctx.s0, ctx.agents
+    role = _first_stage(env, s0)[0]
+    texts = [GARBAGE_RESPONSES[i % 8] for i in range(16)]
+    alone = [env.step(s0, role, agents[role].parse(t)).state for t in texts]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show in a few calls
+    try:
+        with ThreadPoolExecutor(8) as pool:  # the executor steps branches in threads, concurrently
+            together = list(pool.map(lambda t: env.step(s0, role, agents[role].parse(t)).state, texts))
+            resets = list(pool.map(lambda _: env.reset(ctx.problems[0], ctx.seed), range(8)))
+    finally:
+        sys.setswitchinterval(interval)
+    for text, a, b in zip(texts, alone, together):
+        if not _same(a, b):
+            return (f"step({role!r}, {text!r}) from one state gave {_short(b)} in a thread beside others but "
+                    f"{_short(a)} alone: steps must not share state (a library's global random generator, a "
+                    f"cached game object)")
+    if not all(_same(r, s0) for r in resets):
+        return "reset gave different states when called from several threads at once"
+    return None
+
+
+def check_rewards_are_finite(ctx: CheckContext) -> str | None:
+    env, s0 = ctx.env, ctx.s0
+    values = {"team_reward": env.team_reward(s0)}
+    values.update({f"{r}.local_reward": ag.local_reward(s0) for r, ag in ctx.agents.items()})
+    for label, v in values.items():
+        if not _finite_number(v):
+            return f"{label} returned {v!r}; rewards must be finite numbers"
+    if not isinstance(env.success(s0), bool):
+        return f"success() must return a bool, got {type(env.success(s0)).__name__}"
+    return None
+
+
+def check_adversarial_outputs_from_reached_states(ctx: CheckContext) -> str | None:
+    return _drive_adversarially(ctx.env, ctx.agents, ctx.problems[0], ctx.seed)
+
+
+def check_every_agent_answering_garbage_at_once(ctx: CheckContext) -> str | None:
+    for i, text in enumerate(ADVERSARIAL_RESPONSES + tuple(random_responses(4, ctx.seed))):
+        failure = _garbage_together(ctx.env, ctx.agents, ctx.problems[i % len(ctx.problems)], ctx.seed + i, text)
+        if failure:
+            return failure
+    return None
+
+
+def check_episode_ends_within_max_turns(ctx: CheckContext) -> str | None:
+    env = ctx.env
+    for i, text in enumerate(GARBAGE_RESPONSES[:6]):
+        steps = _play(env, ctx.agents, ctx.problems[0], ctx.seed + i, text).steps
+        budget = env.max_turns * len(env.graph.agents)
+        if steps > budget:
+            return f"took {steps} steps, more than max_turns x agents = {budget}"
+    return None
+
+
+def check_every_agents_result_arrives(ctx: CheckContext) -> str | None:
+    for i, text in enumerate(GARBAGE_RESPONSES[:6] + tuple(random_responses(4, ctx.seed))):
+        problem = ctx.problems[i % len(ctx.problems)]
+        failure = _check_results(ctx.env, ctx.agents, problem, ctx.seed + i, text)
+        if failure:
+            return failure
+    return None
+
+
+Check = Callable[[CheckContext], "str | None"]
+
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("signatures", check_signatures),
+    ("agents", check_agents),
+    ("problems", check_problems),
+    ("reset determinism", check_reset_determinism),
+    ("parser survives garbage", check_parsers_survive_garbage),
+    ("observe returns chat messages", check_observe_returns_chat_messages),
+    ("acting agents are the env's", check_acting_agents),
+    ("step is pure and deterministic", check_step_is_pure_and_deterministic),
+    ("no aliasing between branches", check_no_aliasing_between_branches),
+    ("forks are independent across threads", check_forks_are_independent_across_threads),
+    ("rewards are finite", check_rewards_are_finite),
+    ("adversarial outputs from reached states", check_adversarial_outputs_from_reached_states),
+    ("every agent answering garbage at once", check_every_agent_answering_garbage_at_once),
+    ("episode ends within max_turns", check_episode_ends_within_max_turns),
+    ("every agent's result arrives", check_every_agents_result_arrives),
+)
+"""Every check, by the name the report prints, in the order they run."""
+
+
 def check_env(
     env: Env,
     agents: dict[str, Agent] | None = None,
@@ -112,185 +314,16 @@ def check_env(
     n_random: int = 200,
     name: str | None = None,
 ) -> CheckReport:
-    """Run every check on ``env`` and return a report; never raises for a failing env."""
+    """Run every check of ``CHECKS`` on ``env`` and return a report; never raises for a failing env. After the
+    first failure the rest are reported as skipped (they rely on what the earlier ones established)."""
     report = CheckReport(name or type(env).__name__)
-    checks: list[tuple[str, Callable[[], str | None]]] = []
-    state_cache: dict[str, Any] = {}
-
-    def add(check_name: str) -> Callable[[Callable[[], str | None]], None]:
-        def register(fn: Callable[[], str | None]) -> None:
-            checks.append((check_name, fn))
-
-        return register
-
-    @add("signatures")
-    def _() -> str | None:
-        for method, params in (("reset", ("problem", "seed")), ("step", ("state", "agent", "action"))):
-            try:
-                inspect.signature(getattr(env, method)).bind(*params)
-            except TypeError as exc:
-                return f"{method}{params} cannot be called positionally: {exc}"
-        if not isinstance(env.max_turns, int) or env.max_turns < 1:
-            return f"max_turns must be a positive int, got {env.max_turns!r}"
-        return None
-
-    @add("agents")
-    def _() -> str | None:
-        nonlocal agents
-        if agents is None:
-            agents = make_agents(env)
-        missing = [a for a in env.graph.agents if a not in agents]
-        return f"no agent for roles {missing}" if missing else None
-
-    @add("problems")
-    def _() -> str | None:
-        nonlocal problems
-        if problems is None:
-            problems = list(env.example_problems(2))
-        return None if problems else "example_problems() returned nothing to check with"
-
-    @add("reset determinism")
-    def _() -> str | None:
-        for p in problems:
-            a, b = env.reset(p, seed), env.reset(p, seed)
-            if not _same(a, b):
-                return f"reset({p.problem_id!r}, seed={seed}) gave different states: {_short(a)} vs {_short(b)}"
-        state_cache["s0"] = env.reset(problems[0], seed)
-        return None
-
-    @add("parser survives garbage")
-    def _() -> str | None:
-        for role, agent in agents.items():
-            for text in GARBAGE_RESPONSES + tuple(random_responses(n_random, seed)):
-                try:
-                    agent.parse(text)
-                except Exception as exc:  # the whole point: nothing may escape
-                    return f"agent {role!r}.parse raised {exc!r} on {text[:60]!r}"
-        return None
-
-    @add("observe returns chat messages")
-    def _() -> str | None:
-        for role, agent in agents.items():
-            messages = agent.observe(state_cache["s0"], 0)
-            if not isinstance(messages, list) or not messages:
-                return f"agent {role!r}.observe returned {type(messages).__name__}, expected a non-empty list"
-            for m in messages:
-                if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
-                    return f"agent {role!r}.observe returned a malformed message {m!r:.200}"
-        return None
-
-    @add("acting agents are the env's")
-    def _() -> str | None:
-        return _check_acting(env, state_cache["s0"])
-
-    @add("step is pure and deterministic")
-    def _() -> str | None:
-        s0 = state_cache["s0"]
-        for role, agent in agents.items():
-            if role not in _first_stage(env, s0):
-                continue  # a game's seats that are not to move are never stepped
-            for text in GARBAGE_RESPONSES[:8]:
-                action = agent.parse(text)
-                before = copy.deepcopy(s0)
-                first = env.step(s0, role, action)
-                if not isinstance(first, Transition):
-                    return f"step returned {type(first).__name__}, expected Transition"
-                if not _same(s0, before):
-                    return f"step({role!r}, {text!r}) mutated its input state"
-                second = env.step(s0, role, action)
-                if not _same(first.state, second.state) or (first.terminated, first.truncated) != (
-                    second.terminated,
-                    second.truncated,
-                ):
-                    return f"step({role!r}, {text!r}) is not deterministic"
-                if not isinstance(first.terminated, bool) or not isinstance(first.truncated, bool):
-                    return "terminated and truncated must be bools"
-        return None
-
-    @add("no aliasing between branches")
-    def _() -> str | None:
-        s0 = state_cache["s0"]
-        role = _first_stage(env, s0)[0]
-        agent = agents[role]
-        a = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[3])).state
-        b = env.step(s0, role, agent.parse(GARBAGE_RESPONSES[4])).state
-        for label, x, y in (("two branches", a, b), ("a branch and its parent", a, s0)):
-            shared = _mutable_ids(x) & _mutable_ids(y)
-            if shared:
-                return f"{label} share {len(shared)} mutable object(s); return new immutable states from step"
-        return None
-
-    @add("forks are independent across threads")
-    def _() -> str | None:
-        s0 = state_cache["s0"]
-        role = _first_stage(env, s0)[0]
-        texts = [GARBAGE_RESPONSES[i % 8] for i in range(16)]
-        alone = [env.step(s0, role, agents[role].parse(t)).state for t in texts]
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show in a few calls
-        try:
-            with ThreadPoolExecutor(8) as pool:  # the executor steps branches in threads, concurrently
-                together = list(pool.map(lambda t: env.step(s0, role, agents[role].parse(t)).state, texts))
-                resets = list(pool.map(lambda _: env.reset(problems[0], seed), range(8)))
-        finally:
-            sys.setswitchinterval(interval)
-        for text, a, b in zip(texts, alone, together):
-            if not _same(a, b):
-                return (f"step({role!r}, {text!r}) from one state gave {_short(b)} in a thread beside others but "
-                        f"{_short(a)} alone: steps must not share state (a library's global random generator, a "
-                        f"cached game object)")
-        if not all(_same(r, s0) for r in resets):
-            return "reset gave different states when called from several threads at once"
-        return None
-
-    @add("rewards are finite")
-    def _() -> str | None:
-        s0 = state_cache["s0"]
-        values = {"team_reward": env.team_reward(s0)}
-        values.update({f"{r}.local_reward": ag.local_reward(s0) for r, ag in agents.items()})
-        for label, v in values.items():
-            if not _finite_number(v):
-                return f"{label} returned {v!r}; rewards must be finite numbers"
-        if not isinstance(env.success(s0), bool):
-            return f"success() must return a bool, got {type(env.success(s0)).__name__}"
-        return None
-
-    @add("adversarial outputs from reached states")
-    def _() -> str | None:
-        return _drive_adversarially(env, agents, problems[0], seed)
-
-    @add("every agent answering garbage at once")
-    def _() -> str | None:
-        for i, text in enumerate(ADVERSARIAL_RESPONSES + tuple(random_responses(4, seed))):
-            failure = _garbage_together(env, agents, problems[i % len(problems)], seed + i, text)
-            if failure:
-                return failure
-        return None
-
-    @add("episode ends within max_turns")
-    def _() -> str | None:
-        for i, text in enumerate(GARBAGE_RESPONSES[:6]):
-            steps = _play(env, agents, problems[0], seed + i, text).steps
-            budget = env.max_turns * len(env.graph.agents)
-            if steps > budget:
-                return f"took {steps} steps, more than max_turns x agents = {budget}"
-        return None
-
-    @add("every agent's result arrives")
-    def _() -> str | None:
-        for i, text in enumerate(GARBAGE_RESPONSES[:6] + tuple(random_responses(4, seed))):
-            problem = problems[i % len(problems)]
-            failure = _check_results(env, agents, problem, seed + i, text)
-            if failure:
-                return failure
-        return None
-
-    for check_name, fn in checks:
+    ctx = CheckContext(env, agents, problems, seed, n_random)
+    for check_name, check in CHECKS:
         if not report.ok:
             report.results.append(CheckResult(check_name, False, "skipped: an earlier check failed"))
             continue
         try:
-            detail = fn()
+            detail = check(ctx)
         except Exception as exc:
             detail = f"raised {exc!r}"
         report.results.append(CheckResult(check_name, detail is None, detail or ""))

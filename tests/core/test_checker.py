@@ -188,3 +188,28 @@ def test_rewards_that_break_only_when_every_agent_sends_garbage_are_caught():
     assert not result.ok and "team_reward" in result.detail and "every agent answering" in result.detail
     adversarial = [r for r in report.results if r.name == "adversarial outputs from reached states"]
     assert adversarial and adversarial[0].ok  # the one-agent-at-a-time check passes it: the gap this closes
+
+
+def test_each_named_check_runs_alone_on_a_context():
+    """Checks are top-level functions over a CheckContext (as Gymnasium's are over an env): one can be run by itself."""
+    from pettingllms.core.checker import (CheckContext, check_agents, check_no_aliasing_between_branches,
+                                          check_problems, check_reset_determinism,
+                                          check_step_is_pure_and_deterministic)
+
+    for env, check, expected in ((MutatingEnv(), check_step_is_pure_and_deterministic, "mutated its input state"),
+                                 (SharedListEnv(), check_no_aliasing_between_branches, "share"),
+                                 (TargetsEnv(), check_step_is_pure_and_deterministic, None)):
+        ctx = CheckContext(env)
+        assert check_agents(ctx) is None and check_problems(ctx) is None and check_reset_determinism(ctx) is None
+        detail = check(ctx)
+        assert detail is None if expected is None else expected in detail
+
+
+def test_the_check_list_names_every_check_once():
+    import pettingllms.core.checker as checker
+
+    names = [name for name, _ in checker.CHECKS]
+    functions = [fn for _, fn in checker.CHECKS]
+    assert len(set(names)) == len(names) and len(set(functions)) == len(functions)
+    defined = {value for key, value in vars(checker).items() if key.startswith("check_") and key != "check_env"}
+    assert defined == set(functions)  # a check written and never listed would never run
