@@ -11,12 +11,12 @@ log-probabilities only need to be good enough to play.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from pettingllms.assembly.plan import RunPlan
 from pettingllms.rollout.policy_client import LocalPolicyClient, PolicyClient
+from pettingllms.runtime.serving import served_engine
 
 
 @dataclass
@@ -32,19 +32,14 @@ class ServedAgents:
 
 def served_agents(run_plan: RunPlan, clients: Mapping[str, PolicyClient]) -> ServedAgents:
     """A client for every served agent of ``run_plan``, its prompts encoded by ``clients[agent's policy].codec``."""
-    from pettingllms.rollout.openai_engine import OpenAICompletionsEngine
-
     out = ServedAgents({}, {}, {})
     try:
         for name, (policy, server) in run_plan.servers.items():
             codec = clients[policy].codec
-            eos = codec.tokenizer.eos_token_id
             model = server.model or run_plan.policies[policy].model.path
-            engine = OpenAICompletionsEngine(
-                server.url, model, codec.tokenizer, int(eos) if eos is not None else min(codec.eos_token_ids),
-                api_key=os.environ.get(server.api_key_env) if server.api_key_env else None,
-                prompt_format=str(getattr(server.prompt_format, "value", server.prompt_format)),
-                vllm_extras=server.vllm_extras, timeout_s=server.timeout_s, max_retries=server.max_retries)
+            engine = served_engine(server.url, model, codec, api_key_env=server.api_key_env,
+                                   prompt_format=server.prompt_format, vllm_extras=server.vllm_extras,
+                                   timeout_s=server.timeout_s, max_retries=server.max_retries)
             out.engines[name] = engine
             engine.check_server()
             out.clients[name] = LocalPolicyClient(engine, codec)

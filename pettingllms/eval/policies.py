@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from pettingllms.runtime.serving import (
     peft_adapter_configs,
     policy_codec,
     push_weights,
+    served_engine,
 )
 from pettingllms.runtime.spec import WorkerSpec
 
@@ -233,21 +233,14 @@ def _check_base(folder: Path, spec: WorkerSpec) -> None:
 
 
 def _server_policy(m: EvalModelConfig, specs: dict[str, WorkerSpec]) -> LoadedPolicies:
-    from pettingllms.rollout.openai_engine import OpenAICompletionsEngine
-
     spec = _single(specs, "model.server_url")
     if spec.adapters or m.adapters or m.checkpoint:
         raise ConfigError("model.server_url evaluates the served model as it is: drop LoRA adapters, model.adapters "
                           "and model.checkpoint (serve the trained weights instead)")
     codec = policy_codec(spec, m.tokenizer or spec.model_path)  # the served model may not exist here
-    eos = codec.tokenizer.eos_token_id
-    eos = int(eos) if eos is not None else min(codec.eos_token_ids)
-    engine = OpenAICompletionsEngine(
-        m.server_url, m.served_name or spec.model_path, codec.tokenizer, eos,
-        api_key=os.environ.get(m.api_key_env) if m.api_key_env else None, prompt_format=m.prompt_format,
-        vllm_extras=m.vllm_extras, timeout_s=m.request_timeout_s, max_concurrency=m.max_concurrency,
-        max_retries=m.max_retries,
-    )
+    engine = served_engine(m.server_url, m.served_name or spec.model_path, codec, api_key_env=m.api_key_env,
+                           prompt_format=m.prompt_format, vllm_extras=m.vllm_extras, timeout_s=m.request_timeout_s,
+                           max_retries=m.max_retries, max_concurrency=m.max_concurrency)
     engine.check_server()
     described = {"model": engine.model, "server_url": m.server_url, "engine": "openai",
                  "prompt_format": m.prompt_format}

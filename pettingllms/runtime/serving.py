@@ -93,6 +93,22 @@ def tokenizer_codec(source: str, chat_template_kwargs: Mapping | None = None):
 
 
 # ---------------------------------------------------------------------------------------------------- engines
+def served_engine(url: str, model: str, codec: Any, *, api_key_env: str | None, prompt_format: Any,
+                  vllm_extras: Any, timeout_s: float, max_retries: int, max_concurrency: int | None = None) -> Any:
+    """A bounded client over an OpenAI-compatible server (``rollout/openai_engine.py``) whose prompts ``codec`` renders:
+    a served agent's in training, the served model's in eval. The key is read from the environment variable
+    ``api_key_env`` (never from the config); the caller checks the server (``check_server``) once it can close it."""
+    from pettingllms.rollout.openai_engine import OpenAICompletionsEngine
+
+    eos = codec.tokenizer.eos_token_id
+    limits = {"max_concurrency": max_concurrency} if max_concurrency is not None else {}
+    return OpenAICompletionsEngine(
+        url, model, codec.tokenizer, int(eos) if eos is not None else min(codec.eos_token_ids),
+        api_key=os.environ.get(api_key_env) if api_key_env else None,
+        prompt_format=str(getattr(prompt_format, "value", prompt_format)), vllm_extras=vllm_extras,
+        timeout_s=timeout_s, max_retries=max_retries, **limits)
+
+
 def make_engine(spec: WorkerSpec, model: Any, codec: Any, engine_index: int = 0, autocast: bool = False,
                 colocated: bool = True, engines_on_gpu: int = 1) -> Any:
     """Engine ``engine_index`` of the policy: the transformers engine over ``model`` (the learner's own module in a
