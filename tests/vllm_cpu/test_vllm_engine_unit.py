@@ -436,3 +436,53 @@ def test_a_replaced_adapter_never_serves_prefix_kv_computed_with_its_old_weights
     engine.add_adapter("alice", folders[0])  # removed, then registered again under the name
     again = engine._lora_request("alice")
     assert llm.serve(again) == again.lora_int_id
+
+
+def test_an_ipc_sync_hands_the_workers_buffers_they_can_read_back_exactly(monkeypatch):
+    """The engine's side of the CUDA IPC transport, with the handle replaced by a key into this process's buffers
+    (``_share_cuda_`` needs a GPU): what the worker receives is plain data that unpacks to the sent tensors, in bf16,
+    every chunk inside one reload. On a GPU the same sync runs through benchmarks/gpu_smoke.py."""
+    from pettingllms.rollout.vllm import ipc
+
+    buffers = {}
+    monkeypatch.setattr(vllm_engine, "share_handle", lambda bucket: buffers.setdefault(len(buffers), bucket) is not None
+                        and (len(buffers) - 1,))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+
+    class IpcStubLLM(_StubLLM):
+        received: dict[str, torch.Tensor] = {}
+
+        def collective_rpc(self, method, args=()):
+            if method == "load_weights_ipc":
+                (key,), size, layout = args
+                assert isinstance(size, int) and all(isinstance(row, list) for row in layout)
+                bucket = buffers[key]
+                assert bucket.numel() == size
+                self.received.update({n: t.clone() for n, t in ipc.unpack_bucket(bucket, [tuple(r) for r in layout])})
+                self.calls.append((method, tuple(row[0] for row in layout)))
+                return [len(layout)]
+            return super().collective_rpc(method, args)
+
+    llm = IpcStubLLM()
+    engine = _stub_engine(llm, None)
+    engine.sync_transport = ipc.IPC
+    monkeypatch.setattr(VLLMEngine, "_transport_for", lambda self, tensor: self.sync_transport)
+    sent = dict(_layered())
+    engine.sync_weights(iter(sent.items()))
+    methods = [c[0] for c in llm.calls]
+    assert methods[0] == "begin_weight_reload" and methods[-2:] == ["finish_weight_reload", "reset_prefix_cache"]
+    assert methods.count("load_weights_ipc") == engine.last_sync_report.chunks >= 3
+    assert "load_weights_file" not in methods and engine.last_sync_report.transport == ipc.IPC
+    assert llm.received.keys() == sent.keys()
+    for name, tensor in sent.items():
+        assert torch.equal(llm.received[name], tensor.to(torch.bfloat16)), name
+
+
+def test_a_cpu_sync_goes_through_shared_memory_and_a_bad_transport_is_refused(monkeypatch):
+    llm = _StubLLM()
+    engine = _stub_engine(llm, None)
+    engine.sync_weights(_layered())
+    assert engine.last_sync_report.transport == "shared_memory"
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ConfigError, match="sync_transport"):
+        VLLMEngine("any-model", sync_transport="nccl")

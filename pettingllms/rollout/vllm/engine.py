@@ -55,6 +55,7 @@ and requests without an adapter pick up another adapter's weights (``AdapterRegi
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -74,6 +75,16 @@ from pettingllms.core.types import (
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
 from pettingllms.rollout.vllm.engine_loop import EngineLoop
 from pettingllms.rollout.vllm.footprint import DEFAULT_GPU_MEMORY_UTILIZATION
+from pettingllms.rollout.vllm.ipc import (
+    IPC,
+    SHARED_MEMORY,
+    choose_transport,
+    ipc_bytes,
+    pack_bucket,
+    probe_pattern,
+    probe_sum,
+    share_handle,
+)
 from pettingllms.rollout.vllm.lora import AdapterRegistry
 from pettingllms.rollout.vllm.weights import (
     DEFAULT_SYNC_CHUNK_MB,
@@ -151,9 +162,12 @@ class VLLMEngine:
         sync_chunk_mb: float = DEFAULT_SYNC_CHUNK_MB,
         codec=None,
         continuous: bool = False,
+        sync_transport: str = "auto",
         llm_options: Mapping[str, Any] | None = None,
     ) -> None:
         _check_options(tensor_parallel_size, gpu_memory_utilization, max_loras, max_lora_rank, max_model_len)
+        if sync_transport not in ("auto", IPC, SHARED_MEMORY):
+            raise ConfigError(f"sync_transport must be auto, {IPC} or {SHARED_MEMORY}, got {sync_transport!r}")
         from pettingllms.models.codec import HFChatCodec
         from pettingllms.models.resolve import model_directory
 
@@ -168,6 +182,8 @@ class VLLMEngine:
         if not sync_chunk_mb > 0:
             raise ConfigError(f"sync_chunk_mb must be > 0, got {sync_chunk_mb}")
         self.sync_chunk_bytes = int(sync_chunk_mb * 2**20)
+        # auto: decided at the first sync from CUDA tensors, by a round trip through the workers (ipc.py)
+        self.sync_transport: str | None = None if sync_transport == "auto" else sync_transport
         self.last_sync_report: SyncReport | None = None
         self.enable_lora = bool(enable_lora)
         self.tensor_parallel_size = int(tensor_parallel_size)
@@ -303,13 +319,20 @@ class VLLMEngine:
             report = SyncReport()
             begun = False
             try:
-                for chunk in weight_chunks(pairs, self.sync_chunk_bytes, self.weight_dtype, check):
+                first = next(pairs, None)
+                pairs = itertools.chain([first] if first is not None else [], pairs)
+                report.transport = self._transport_for(first[1]) if first is not None else SHARED_MEMORY
+                ipc = report.transport == IPC
+                for chunk in weight_chunks(pairs, self.sync_chunk_bytes, self.weight_dtype, check, to_host=not ipc):
                     if not begun:
                         self._wake_weights_for_sync()
                         self._weights_stale = True  # until the reload finishes
                         self.llm.collective_rpc(VLLMWorkerWeightLoader.begin_weight_reload.__name__)
                         begun = True
-                    self._load_chunk(chunk, report)
+                    if ipc:
+                        self._load_chunk_ipc(chunk, report)
+                    else:
+                        self._load_chunk(chunk, report)
                 check.finish()
             except BaseException as exc:
                 for _ in pairs:  # finish the stream: under FSDP the other ranks are still gathering it
@@ -327,8 +350,8 @@ class VLLMEngine:
             elapsed = time.perf_counter() - started
         self.last_sync_seconds = elapsed
         self.last_sync_report = report
-        logger.info("synced %d tensors into vLLM in %d chunk(s) (largest %.1f MB) in %.3f s", report.tensors,
-                    report.chunks, report.largest_chunk_bytes / 2**20, elapsed)
+        logger.info("synced %d tensors into vLLM in %d chunk(s) (largest %.1f MB) over %s in %.3f s", report.tensors,
+                    report.chunks, report.largest_chunk_bytes / 2**20, report.transport, elapsed)
         return elapsed
 
     def check_weights(self, shapes: Mapping[str, Sequence[int]]) -> None:
@@ -355,6 +378,42 @@ class VLLMEngine:
         report.tensors += count
         report.chunks += 1
         report.largest_chunk_bytes = max(report.largest_chunk_bytes, size)
+
+    def _transport_for(self, tensor: Any) -> str:
+        """CUDA IPC for tensors on a CUDA device when the round trip says it works (decided once), else shared memory."""
+        if getattr(tensor, "device", None) is None or tensor.device.type != "cuda":
+            return SHARED_MEMORY
+        if self.sync_transport is None:
+            self.sync_transport, why = choose_transport(self.platform, self.tensor_parallel_size,
+                                                        lambda: self._ipc_round_trip(tensor.device))
+            logger.info("weight syncs go over %s: %s", self.sync_transport, why)
+        return self.sync_transport
+
+    def _ipc_round_trip(self, device: Any) -> bool:
+        import torch
+
+        bucket = probe_pattern(device)
+        torch.cuda.synchronize(device)
+        sums = self.llm.collective_rpc(VLLMWorkerWeightLoader.ipc_probe.__name__,
+                                       args=(list(share_handle(bucket)), int(bucket.numel())))
+        return bool(sums) and all(int(total) == probe_sum() for total in sums)
+
+    def _load_chunk_ipc(self, chunk: dict[str, Any], report: SyncReport) -> None:
+        import torch
+
+        bucket, layout = pack_bucket(chunk, self.weight_dtype)
+        chunk.clear()  # packed: the learner's tensors can go
+        torch.cuda.synchronize(bucket.device)  # the worker reads the buffer from another process
+        try:
+            self.llm.collective_rpc(VLLMWorkerWeightLoader.load_weights_ipc.__name__,
+                                    args=(list(share_handle(bucket)), int(bucket.numel()),
+                                          [[name, dtype, list(shape), offset] for name, dtype, shape, offset in layout]))
+        finally:
+            del bucket
+        report.tensors += len(layout)
+        report.chunks += 1
+        report.largest_chunk_bytes = max(report.largest_chunk_bytes, sum(
+            ipc_bytes(dtype, shape) for _, dtype, shape, _ in layout))
 
     def _finish_reload(self, failed: bool) -> None:
         """End the layerwise reload on every worker; only a complete sync makes the engine usable again."""

@@ -71,6 +71,34 @@ class VLLMWorkerWeightLoader:
             self.model_runner.get_model().load_weights((name, weights.get_tensor(name)) for name in names)
         return len(names)
 
+    def load_weights_ipc(self, handle: list, size: int, layout: list) -> int:
+        """Map the CUDA IPC buffer ``handle`` (``size`` bytes; ``ipc.py``) and load the tensors ``layout`` places in it;
+        returns the count. Each tensor is copied out before the model sees it: vLLM's layerwise reload keeps what it
+        is given until a layer is complete, and the buffer is the sender's again once this returns."""
+        import torch
+        from vllm.config import set_current_vllm_config
+
+        from pettingllms.rollout.vllm.ipc import open_handle, unpack_bucket
+
+        bucket = open_handle(handle, size)
+        tensors = [(name, view.clone()) for name, view in unpack_bucket(bucket, [tuple(row) for row in layout])]
+        torch.cuda.current_stream().synchronize()  # the copies are done: let go of the sender's memory
+        del bucket
+        with set_current_vllm_config(self.vllm_config):
+            self.model_runner.get_model().load_weights(iter(tensors))
+        return len(tensors)
+
+    def ipc_probe(self, handle: list, size: int) -> int:
+        """The sum of the bytes of the CUDA IPC buffer ``handle``: the round trip that picks the sync's transport."""
+        import torch
+
+        from pettingllms.rollout.vllm.ipc import open_handle
+
+        bucket = open_handle(handle, size)
+        total = int(bucket.sum(dtype=torch.int64).item())
+        del bucket
+        return total
+
     def finish_weight_reload(self) -> int:
         """End the reload begun by ``begin_weight_reload``; returns how many CPU-packed layers were refreshed."""
         from vllm.config import set_current_vllm_config
@@ -210,18 +238,20 @@ class SyncReport:
     tensors: int = 0
     chunks: int = 0
     largest_chunk_bytes: int = 0
+    transport: str = "shared_memory"  # or "cuda_ipc" (rollout/vllm/ipc.py)
 
 
 def weight_chunks(
     named_tensors: Iterable[tuple[str, Any]], chunk_bytes: int, dtype: Any = None,
-    check: Callable[[str, tuple[int, ...]], None] | None = None,
+    check: Callable[[str, tuple[int, ...]], None] | None = None, to_host: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """Host copies of the stream's tensors in ``dtype``, grouped into chunks of about ``chunk_bytes``.
 
     A chunk closes at a layer boundary once adding the next layer would pass ``chunk_bytes`` (a layer larger than
     that is a chunk of its own). Each tensor is copied to host memory as it arrives and the caller's reference is
     dropped before the next one is pulled, so a stream that gathers tensors one at a time on a GPU holds one of
-    them there at a time. ``check(name, shape)`` runs on each tensor before it is copied.
+    them there at a time. ``check(name, shape)`` runs on each tensor before it is copied. ``to_host=False`` (the CUDA
+    IPC transport): the tensors stay where they are, cast to ``dtype``, so a chunk is held on the device instead.
     """
     chunk: dict[str, Any] = {}
     chunk_size = 0
@@ -240,7 +270,7 @@ def weight_chunks(
             chunk_size += layer_size
             layer, layer_size = {}, 0
         layer_key = key
-        host = _host_copy(tensor, dtype)
+        host = _host_copy(tensor, dtype) if to_host else _cast(tensor, dtype)
         del tensor  # the learner's full (gathered) tensor can go now
         layer[name] = host
         layer_size += host.numel() * host.element_size()
@@ -339,6 +369,13 @@ def check_weight_names(names: list[str]) -> None:
 
 def weight_pairs(named_tensors: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterable[tuple[str, Any]]:
     return named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+
+
+def _cast(tensor: Any, dtype: Any) -> Any:
+    """``tensor`` in ``dtype`` (floating tensors only) where it lives (itself when it has that dtype: it is packed into
+    the chunk's buffer before the learner changes again)."""
+    cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+    return tensor.detach().to(dtype=cast)
 
 
 def _host_copy(tensor: Any, dtype: Any) -> Any:
