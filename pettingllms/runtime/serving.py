@@ -328,8 +328,8 @@ class EngineSync:
         started = time.perf_counter()
         released = release_accelerator_cache()
         self.memory = {"memory/cache_released_gb": released / 1e9, **device_memory("after_release")}
-        # The sync's parts, so a slow sync names its slow part: the cache release, the weights (their wake
-        # included: vLLM wakes them right before the first chunk loads), and the KV cache's wake.
+        # The sync's parts, so a slow sync names its slow part: the cache release, the weights' wake (vLLM wakes them
+        # right before the first chunk loads), their transfer, and the KV cache's wake.
         self.timings = {"timing/sync_release_s": time.perf_counter() - started}
         if not self.needs_weights or self.engine is None:
             _drain(named_tensors)
@@ -340,6 +340,7 @@ class EngineSync:
                 self.group_barrier()
             return 0.0
         started = weights_started = time.perf_counter()
+        wake_weights = 0.0
         if self.engine_model is not None:
             from pettingllms.learner.weights import load_weights_into
 
@@ -348,7 +349,9 @@ class EngineSync:
             # The base weights never change under LoRA: only the adapters go to the engine.
             adapters = adapter_tensors(named_tensors, self.adapter_configs)
             if self._asleep:
+                waking = time.perf_counter()
                 self.engine.wake_up(["weights"])
+                wake_weights = time.perf_counter() - waking
             for name, tensors in adapters.items():
                 self.engine.add_adapter(name, tensors, config=self.adapter_configs[name])
         else:
@@ -359,9 +362,11 @@ class EngineSync:
                     _drain(named_tensors)  # the other ranks are gathering it
                     raise
             self.engine.sync_weights(named_tensors)  # wakes sleeping weights right before its first chunk loads
+            wake_weights = float(getattr(self.engine, "last_wake_seconds", 0.0) or 0.0)
         self.memory.update(device_memory("after_weights"))
         woken = time.perf_counter()
-        self.timings["timing/sync_weights_s"] = woken - weights_started
+        self.timings["timing/sync_wake_weights_s"] = wake_weights
+        self.timings["timing/sync_weights_s"] = max(0.0, woken - weights_started - wake_weights)
         if self._asleep or self.group_barrier is not None:
             # The stream refilled this process's cache with gathered full tensors: give them back before the KV
             # cache (the largest allocation of the step) is taken by the engine's process.

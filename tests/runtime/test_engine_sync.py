@@ -228,8 +228,8 @@ def test_only_a_tensor_parallel_group_waits_at_the_barrier_on_a_gloo_group(tmp_p
 
 
 def test_a_push_reports_the_seconds_of_each_of_its_parts(calls):
-    """timing/sync_s says that a sync was slow; its parts say which part: the cache release, the weights (their wake
-    included), the KV cache's wake. Each is measured where it happens (a slow wake shows in its own part)."""
+    """timing/sync_s says that a sync was slow; its parts say which part: the cache release, the weights' wake, their
+    transfer, the KV cache's wake. Each is measured where it happens (a slow wake shows in its own part)."""
     import time
 
     class SlowWake(RecordingEngine):
@@ -242,6 +242,32 @@ def test_a_push_reports_the_seconds_of_each_of_its_parts(calls):
     sync.release_for_update()
     total = sync.push(full_weights(model), weight_shapes(model))
     parts = sync.timings
-    assert set(parts) == {"timing/sync_release_s", "timing/sync_weights_s", "timing/sync_wake_s"}
+    assert set(parts) == {"timing/sync_release_s", "timing/sync_wake_weights_s", "timing/sync_weights_s",
+                          "timing/sync_wake_s"}
     assert parts["timing/sync_wake_s"] >= 0.05 > parts["timing/sync_weights_s"]
+    assert parts["timing/sync_wake_weights_s"] == 0.0  # this engine wakes nothing inside its sync
     assert parts["timing/sync_weights_s"] + parts["timing/sync_wake_s"] <= total + 1e-6
+
+
+def test_the_weights_wake_is_a_part_of_its_own(calls):
+    """Under LoRA the weights are woken before the adapters go in; with a full model vLLM wakes them inside its sync and
+    says how long it took (``last_wake_seconds``): either way the wake leaves the transfer's part."""
+    import time
+
+    class SlowWeightsWake(RecordingEngine):
+        def wake_up(self, tags=None):
+            if tags == ["weights"]:
+                time.sleep(0.05)
+            super().wake_up(tags)
+
+        def sync_weights(self, named_tensors):
+            started = time.perf_counter()
+            self.wake_up(["weights"])
+            self.last_wake_seconds = time.perf_counter() - started
+            return super().sync_weights(named_tensors)
+
+    model = load_model("tiny-random-smollm2", "float32")
+    sync = EngineSync(SlowWeightsWake(sleep_enabled=True, calls=calls))
+    sync.release_for_update()
+    sync.push(full_weights(model), weight_shapes(model))
+    assert sync.timings["timing/sync_wake_weights_s"] >= 0.05 > sync.timings["timing/sync_weights_s"]

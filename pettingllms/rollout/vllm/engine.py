@@ -185,6 +185,7 @@ class VLLMEngine:
         # auto: decided at the first sync from CUDA tensors, by a round trip through the workers (ipc.py)
         self.sync_transport: str | None = None if sync_transport == "auto" else sync_transport
         self.last_sync_report: SyncReport | None = None
+        self.last_wake_seconds = 0.0  # of the last sync: waking the weights sleep(level=2) discarded
         self.enable_lora = bool(enable_lora)
         self.tensor_parallel_size = int(tensor_parallel_size)
         self.platform = str(getattr(current_platform, "device_type", "") or "unknown")
@@ -318,6 +319,7 @@ class VLLMEngine:
             pairs = iter(weight_pairs(named_tensors))
             report = SyncReport()
             begun = False
+            self.last_wake_seconds = 0.0
             try:
                 first = next(pairs, None)
                 pairs = itertools.chain([first] if first is not None else [], pairs)
@@ -361,9 +363,12 @@ class VLLMEngine:
             check_against_checkpoint({name: tuple(shape) for name, shape in shapes.items()}, *self._checkpoint)
 
     def _wake_weights_for_sync(self) -> None:
-        """Weights discarded by ``sleep(level=2)`` come back only now, when the first chunk is ready to load."""
+        """Weights discarded by ``sleep(level=2)`` come back only now, when the first chunk is ready to load; the
+        seconds it took are ``last_wake_seconds`` (a part of the sync's time of its own)."""
         if self._weights_asleep:
+            started = time.perf_counter()
             self.llm.wake_up(["weights"])
+            self.last_wake_seconds = time.perf_counter() - started
             self._weights_asleep = False
 
     def _load_chunk(self, chunk: dict[str, Any], report: SyncReport) -> None:
