@@ -312,8 +312,9 @@ class TrainingConfig(Freezable):
                                             "optimizer state are copied into host buffers (pinned on GPUs, kept for the "
                                             "next save: host memory of that size stays taken) and written by a thread; "
                                             "`latest` names the checkpoint once it is complete, the next save and the "
-                                            "run's end wait for it. FSDP groups (several ranks) still save at once "
-                                            "([training.md](training.md#the-run-directory))")
+                                            "run's end wait for it. FSDP groups (several ranks) save with DCP's "
+                                            "`async_save` on a gloo group kept for checkpoints (its host copy is made "
+                                            "anew each save) ([training.md](training.md#the-run-directory))")
     resume: str = setting("auto", "`auto`, `none` or a checkpoint path. `auto` continues the latest run of this "
                                   "experiment that has a checkpoint")
     stop_after_steps: int = setting(0, "stop this process after N steps (job time limits); 0 = no limit. "

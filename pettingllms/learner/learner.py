@@ -41,8 +41,8 @@ from pettingllms.learner.forward import ForwardPass, training_mode
 from pettingllms.learner.gradients import NonfiniteGradientGuard, clip_gradient
 from pettingllms.learner.kl import KLControllers
 from pettingllms.learner.rollout_check import RolloutAgreement, RolloutCheck
-from pettingllms.learner.state import (StateView, export_hf_model, load_sharded, restore, save_sharded, snapshot,
-                                      stage_sharded)
+from pettingllms.learner.state import (StateView, export_hf_model, load_sharded, restore, save_sharded,
+                                      save_sharded_async, snapshot, stage_sharded)
 from pettingllms.learner.streams import Streams
 from pettingllms.learner.tally import StepTally, step_metrics
 
@@ -364,6 +364,11 @@ class PolicyLearner:
         """Write the weights and optimiser state with DCP into ``directory`` (a collective); returns the state every
         rank shares, for ``load_sharded`` (``learner/state.py::save_sharded``)."""
         return save_sharded(self.state_view(), directory)
+
+    def save_sharded_async(self, directory: str | Path, process_group: Any) -> tuple[Any, dict[str, Any]]:
+        """``save_sharded`` written in a thread once the state is copied to host memory (a collective on
+        ``process_group``, a gloo group kept for checkpoints); returns (its future, the meta)."""
+        return save_sharded_async(self.state_view(), directory, process_group)
 
     def stage_sharded(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """A host copy of what ``save_sharded`` writes, and its meta (``learner/state.py::stage_sharded``); the host

@@ -143,6 +143,30 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
     """
     import torch.distributed.checkpoint as dcp
 
+    from pettingllms.learner.safe_dcp import CheckedWriter  # several writer threads, none of whose failures is lost
+
+    state, meta = _saved_state(view)
+    dcp.save(state, storage_writer=CheckedWriter(directory), checkpoint_id=str(directory))
+    return meta
+
+
+def save_sharded_async(view: StateView, directory: str | Path, process_group: Any) -> tuple[Any, dict[str, Any]]:
+    """``save_sharded`` that returns once the state is copied to host memory: DCP's ``async_save`` writes the copy in a
+    thread, and its planning collectives run on ``process_group``, a gloo group of the policy's ranks kept for
+    checkpoints (training's own collectives must not share a group with a thread). Returns (a future that holds the
+    result once every file is written, the meta). The same files as ``save_sharded``."""
+    import torch.distributed.checkpoint as dcp
+
+    from pettingllms.learner.safe_dcp import CheckedWriter
+
+    state, meta = _saved_state(view)
+    future = dcp.async_save(state, storage_writer=CheckedWriter(directory), checkpoint_id=str(directory),
+                            process_group=process_group)
+    return future, meta
+
+
+def _saved_state(view: StateView) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a checkpoint holds of the learner: its trained weights and optimiser state (DCP's), and the meta."""
     with_state = [name for name, param in view.model.named_parameters() if param in view.optimizer.state]
     state: dict[str, Any] = {"model": _trained_weights(view)}
     if with_state:  # an optimiser that never stepped has nothing to save (and must not be initialised here)
@@ -150,25 +174,17 @@ def save_sharded(view: StateView, directory: str | Path) -> dict[str, Any]:
 
         with _requiring_grad(_optimizer_params(view)):
             state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
-    from pettingllms.learner.safe_dcp import CheckedWriter  # several writer threads, none of whose failures is lost
-
-    dcp.save(state, storage_writer=CheckedWriter(directory), checkpoint_id=str(directory))
-    return learner_meta(view, with_state)
+    return state, learner_meta(view, with_state)
 
 
 def stage_sharded(view: StateView, buffers: dict[str, torch.Tensor]) -> tuple[dict[str, Any], dict[str, Any]]:
     """What ``save_sharded`` writes, copied into host buffers, and its meta: the learner may train on while
     ``write_staged`` writes the copy (an asynchronous checkpoint). ``buffers`` (name -> host tensor) are kept by the
     caller and reused by the next save, pinned where the state lives on a GPU, so a save after the first costs one
-    device-to-host copy and no allocation. Unsharded learners only: an FSDP group's save is a collective."""
-    with_state = [name for name, param in view.model.named_parameters() if param in view.optimizer.state]
-    state: dict[str, Any] = {"model": _trained_weights(view)}
-    if with_state:
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        with _requiring_grad(_optimizer_params(view)):
-            state["optimizer"] = get_optimizer_state_dict(view.model, view.optimizer)
-    return host_copy(state, buffers), learner_meta(view, with_state)
+    device-to-host copy and no allocation. Unsharded learners only: an FSDP group's save is a collective
+    (``save_sharded_async``)."""
+    state, meta = _saved_state(view)
+    return host_copy(state, buffers), meta
 
 
 def host_copy(state: Any, buffers: dict[str, torch.Tensor]) -> Any:

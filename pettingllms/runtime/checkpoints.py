@@ -293,23 +293,37 @@ class WorkerSave:
 
 
 def start_worker_save(folder: Path, learner: "PolicyLearner | None", rank: int, world_size: int,
-                      engine_rng: Any = None) -> WorkerSave | None:
+                      engine_rng: Any = None, process_group: Any = None) -> WorkerSave | None:
     """``save_worker_state`` whose learner shards are written in the background: the learner's state is copied into
     host buffers first (``PolicyLearner.stage_sharded``), so training may go on at once. The RNG and meta files are
-    written now. None when there is nothing to write in the background (no learner)."""
+    written now. None when there is nothing to write in the background (no learner).
+
+    ``process_group``: a sharded learner's (FSDP) save is a collective; it runs as DCP's ``async_save`` on this group
+    (gloo, kept for checkpoints: training's collectives never share a group with the writing thread)."""
     import torch
 
     from pettingllms.learner.state import write_staged
 
     folder.mkdir(parents=True, exist_ok=True)
+    if learner is not None and process_group is not None:
+        saving, meta = learner.save_sharded_async(folder / SHARDS_DIR, process_group)
+        _write_rank_files(folder, rank, world_size, engine_rng, meta)
+        return WorkerSave(saving.result, f"checkpoint-{folder.name}-rank{rank}")
     staged, meta = learner.stage_sharded() if learner is not None else (None, None)
+    _write_rank_files(folder, rank, world_size, engine_rng, meta)
+    if staged is None:
+        return None
+    return WorkerSave(lambda: write_staged(staged, folder / SHARDS_DIR), f"checkpoint-{folder.name}-rank{rank}")
+
+
+def _write_rank_files(folder: Path, rank: int, world_size: int, engine_rng: Any, meta: Any) -> None:
+    """A rank's RNG file, and on rank 0 the policy's meta: written at once by an asynchronous save."""
+    import torch
+
     torch.save({"torch_rng": torch.get_rng_state(), "engine_rng": engine_rng}, folder / RANK_FILE.format(rank=rank))
     if rank == 0:
         (folder / META_FILE).write_text(json.dumps({"format": FORMAT, "world_size": world_size, "learner": meta},
                                                    indent=1, sort_keys=True))
-    if staged is None:
-        return None
-    return WorkerSave(lambda: write_staged(staged, folder / SHARDS_DIR), f"checkpoint-{folder.name}-rank{rank}")
 
 
 def read_meta(folder: Path, policy: str) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class PolicyWorker:
         self._codec = None
         self._engine_barrier = None  # the TP group's barrier (engine_group_barrier), from setup on
         self._saving = None  # a checkpoint write running in the background (save_start), until save_wait
+        self._checkpoint_group = None  # FSDP: the gloo group of the asynchronous saves' collectives
 
     # ------------------------------------------------------------------------------------------ placement
     def placement(self) -> dict[str, Any]:
@@ -282,16 +283,22 @@ class PolicyWorker:
 
     def save_start(self, directory: str) -> None:
         """``save`` with the learner's shards written in a thread of this worker (its state copied into host buffers
-        first, so the next update may run at once); ``save_wait`` waits for it. An FSDP group saves at once (its save
-        is a collective, which cannot share the process group with training)."""
+        first, so the next update may run at once); ``save_wait`` waits for it. An FSDP group's save is a collective:
+        it runs on a gloo group of its own (made at the first asynchronous save, by every rank, since they all call
+        this together), never on the group training's collectives use."""
         from pettingllms.runtime.checkpoints import start_worker_save
 
         self.save_wait()  # the host buffers are reused: never while the previous write still reads them
-        if self.layout.sharded:
-            self.save(directory)
-            return
+        group = None
+        if self.layout.sharded and self.learner is not None:
+            if self._checkpoint_group is None:
+                import torch.distributed as dist
+
+                self._checkpoint_group = dist.new_group(backend="gloo")
+            group = self._checkpoint_group
         engine_rng = self.engine.get_rng_state() if self.engine is not None else None
-        self._saving = start_worker_save(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng)
+        self._saving = start_worker_save(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng,
+                                         process_group=group)
 
     def save_wait(self) -> None:
         saving, self._saving = self._saving, None

@@ -141,6 +141,7 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         data_parallel = DataParallel(rank, world_size)
+        checkpoint_group = dist.new_group(backend="gloo")  # as a worker keeps one for its asynchronous saves
         for case in CASES:
             folder = Path(workdir) / case.name
             model = shard_model(tiny_model(case.lora), FSDPOptions(), torch.device("cpu"))
@@ -149,8 +150,14 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
             metrics = learner.update(samples, advantages)
             weights = {name: tensor.clone() for name, tensor in full_weights(learner.model)}
             meta = learner.save_sharded(folder / "dcp")
+            # The same state saved asynchronously, then a second step taken while it is written: the files must
+            # hold the state of the moment the save began.
+            saving, async_meta = learner.save_sharded_async(folder / "dcp_async", checkpoint_group)
+            learner.update(*make_samples(2, case.lora))
+            saving.result()
             if rank == 0:
-                torch.save({"metrics": metrics, "weights": weights, "meta": meta}, folder / "after_step_1.pt")
+                torch.save({"metrics": metrics, "weights": weights, "meta": meta, "async_meta": async_meta},
+                           folder / "after_step_1.pt")
         # dtype=bfloat16: bf16 compute (MixedPrecisionPolicy) over fp32 sharded master weights; one step at lr 1e-6.
         mixed = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"), compute_dtype=torch.bfloat16)
         before = {name: tensor.clone() for name, tensor in full_weights(mixed)}

@@ -73,6 +73,16 @@ def test_two_ranks_take_the_single_process_step_and_reshard_to_one(two_rank_run,
     # World size 2 -> 1: a plain learner resumes from the sharded checkpoint and takes the same next step.
     resumed = build_learner(case, tiny_model(case.lora))
     resumed.load_sharded(folder / "dcp", sharded["meta"])
+    # The asynchronous save (taken beside training's collectives, on a gloo group of its own, while the ranks stepped
+    # on) holds exactly the state of the synchronous one.
+    assert sharded["async_meta"] == sharded["meta"]
+    from_async = build_learner(case, tiny_model(case.lora))
+    from_async.load_sharded(folder / "dcp_async", sharded["async_meta"])
+    assert _max_difference({n: p.detach() for n, p in from_async.model.named_parameters()},
+                           {n: p.detach() for n, p in resumed.model.named_parameters()}) == 0.0
+    for (name, a), (_, b) in zip(sorted(from_async.optimizer.state_dict()["state"].items()),
+                                 sorted(resumed.optimizer.state_dict()["state"].items())):
+        assert all(torch.equal(a[k], b[k]) for k in a if torch.is_tensor(a[k])), name
     assert resumed.step == 1 and resumed.lr == reference.lr
     next_batch = make_samples(2, case.lora)
     reference.update(*next_batch)

@@ -57,9 +57,12 @@ def comparable(run_dir: Path) -> dict[int, dict[str, float]]:
 # Four gloo ranks and their engines share two cores: a few minutes on a quiet machine, and more than the default
 # 600 s when other jobs load it (measured 385 s at load ~9, and a timeout at load ~10 in a fresh clone).
 @pytest.mark.timeout(1800)
-def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path):
+@pytest.mark.parametrize("async_checkpoint", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["sync_save", "async_save"])  # async: DCP async_save on a gloo group of its own
+def test_two_fsdp_policies_train_and_resume_identically(shared_ray, tmp_path, async_checkpoint):
     straight, _ = run_training("train", BASE + [f"training.log_dir={tmp_path}", "training.resume=none",
-                                                "training.save_freq=1"])
+                                                "training.save_freq=1",
+                                                f"training.async_checkpoint={str(async_checkpoint).lower()}"])
     rows = comparable(straight.run_dir)
     assert sorted(rows) == [1, 2]
     summary = [json.loads(line) for line in (straight.run_dir / "summary.log").read_text().splitlines()]
