@@ -26,6 +26,9 @@ Parts (each adds a section to benchmarks/results/gpu_smoke.json):
   bf16 with fp32 master weights; one FSDP2 rank and one vLLM engine per GPU, colocated, vLLM asleep during updates),
   with a short budget, a local model (default: the packaged SmolLM2-135M; the lent machines have no hub access)
   and the offline math set (``scripts/dataprocess/load_math.py``).
+- ``L1_streaming``: the L1 part with ``rollout.streaming=true`` (vLLM's engine loop, each episode's requests sent at
+  once; docs/training.md#streaming-rollout): its rollout seconds against L1's are the streaming gain on the shipped
+  workload (the same seeds and budget; the samples may differ, so compare per generated token).
 - ``L2``: ``bash scripts/train/math/math_L2_lora.sh`` the same way: one shared model with a LoRA adapter per agent,
   served by vLLM from its adapter slots (level-1 sleep keeps the base weights in host memory; each update sends
   only the adapters).
@@ -65,8 +68,8 @@ from _report import load_average, median, out_dir, write_result  # noqa: E402
 
 NAME = "gpu_smoke"
 TARGET = 0.9
-PARTS = ("learner", "generation", "L1", "L2", "L3")
-VLLM_PARTS = ("generation", "L1", "L2", "L3")
+PARTS = ("learner", "generation", "L1", "L1_streaming", "L2", "L3")
+VLLM_PARTS = ("generation", "L1", "L1_streaming", "L2", "L3")
 DEFAULT_MODEL = "replica:Qwen/Qwen3-1.7B"
 MEMORY_PHASES = ("after_update", "after_release", "after_weights", "after_wake")
 
@@ -180,6 +183,7 @@ LEVEL_SCRIPTS = {
     "L1": "scripts/train/math/math_L1_prompt.sh",  # one shared policy on every visible GPU
     "L2": "scripts/train/math/math_L2_lora.sh",  # the same, with a LoRA adapter per agent served by vLLM
     "L3": "scripts/train/math/math_L3_model.sh",  # one model per agent, the GPUs split between them
+    "L1_streaming": "scripts/train/math/math_L1_prompt.sh",  # L1 with the streaming rollout (vLLM's engine loop)
 }
 
 
@@ -188,7 +192,8 @@ LEVEL_SCRIPTS = {
 # dense head's update alone is 85 GiB at 8,192 tokens), and for L3, two full models sharing one GPU, Qwen3-0.6B in
 # place of the default Qwen3-1.7B replica (two 1.7B learners peak at 147 GB even with that head).
 PART_OVERRIDES = {"L1": ["optim.logprob_chunk_tokens=1024"], "L2": ["optim.logprob_chunk_tokens=1024"],
-                  "L3": ["optim.logprob_chunk_tokens=1024"]}
+                  "L3": ["optim.logprob_chunk_tokens=1024"],
+                  "L1_streaming": ["optim.logprob_chunk_tokens=1024", "rollout.streaming=true"]}
 L3_DEFAULT_MODEL = "replica:Qwen/Qwen3-0.6B"
 
 
