@@ -60,10 +60,14 @@ class EngineLoop:
         if not prompts:
             return []
         with self._lock:
-            if self._stopped:
-                raise RuntimeError("the vLLM engine loop is closed")
+            with self._changed:
+                if self._stopped:
+                    raise RuntimeError("the vLLM engine loop is closed")
             ids = self._llm.enqueue(list(prompts), list(params), lora_request=lora_requests, use_tqdm=False)
             with self._changed:
+                if self._stopped:  # closed while these were added: the loop will not step them
+                    self._llm.llm_engine.abort_request([str(i) for i in ids], internal=True)
+                    raise RuntimeError("the vLLM engine loop was closed while requests were added")
                 for position, request_id in enumerate(ids):
                     self._waiting[answer_id(request_id)] = (waiter, position, str(request_id))
                 self._changed.notify()
@@ -89,25 +93,25 @@ class EngineLoop:
                     self._fail_all(RuntimeError("the vLLM engine loop was closed while requests were in flight"))
                     return
             try:
+                # Step, hand out what finished and look for what vLLM lost, all under the engine's lock: a caller
+                # enqueueing between the step and the check would otherwise be taken for lost.
                 with self._lock:
                     outputs = self._llm.llm_engine.step()
-                    unfinished = self._llm.llm_engine.has_unfinished_requests()
-                self.steps += 1
+                    self.steps += 1
+                    for output in outputs:
+                        if output.finished:
+                            with self._changed:
+                                entry = self._waiting.pop(str(output.request_id), None)
+                            if entry is not None:
+                                entry[0].put(entry[1], output)
+                    if not self._llm.llm_engine.has_unfinished_requests():
+                        with self._changed:
+                            lost = sorted(self._waiting)
+                        if lost:  # vLLM has nothing left, yet callers wait: never hang on them
+                            self._fail_all(RuntimeError(f"vLLM finished without answering requests {lost[:5]}"))
             except Exception as error:  # the engine failed: every caller in flight hears it, later calls may retry
                 logger.exception("a vLLM engine step failed; failing the %d requests in flight", len(self._waiting))
                 self._abort(self._fail_all(error))
-                continue
-            for output in outputs:
-                if output.finished:
-                    with self._changed:
-                        entry = self._waiting.pop(str(output.request_id), None)
-                    if entry is not None:
-                        entry[0].put(entry[1], output)
-            if not unfinished:
-                with self._changed:
-                    if self._waiting:  # vLLM has nothing left, yet callers wait: never hang on them
-                        lost = sorted(self._waiting)
-                        self._fail_all(RuntimeError(f"vLLM finished without answering requests {lost[:5]}"))
 
     def _fail_all(self, error: BaseException) -> list[str]:
         """Fail every waiting caller; the ids vLLM gave their requests."""
