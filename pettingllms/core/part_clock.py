@@ -44,8 +44,8 @@ class PartClock:
             return dict(self._seconds)
 
     def _enter(self, name: str) -> None:
-        now = time.perf_counter()
-        with self._lock:
+        with self._lock:  # the time is read under the lock: events of several threads apply in the order they happen
+            now = time.perf_counter()
             running = self._running.get(name, 0)
             if running == 0:
                 self._since[name] = now
@@ -53,8 +53,8 @@ class PartClock:
             self._track_alone(now)
 
     def _leave(self, name: str) -> None:
-        now = time.perf_counter()
         with self._lock:
+            now = time.perf_counter()
             self._running[name] -= 1
             if self._running[name] == 0:
                 self._seconds[name] = self._seconds.get(name, 0.0) + now - self._since.pop(name)

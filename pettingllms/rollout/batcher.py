@@ -43,6 +43,15 @@ class BatcherStats:
 GENERATE = "generate"  # the clock's part for the engine calls
 
 
+@dataclass
+class _Ticket:
+    """One ``generate_many`` call's futures still unanswered; the caller stops counting as waiting when they are all
+    answered (at delivery, not when its task next runs: a send deciding meanwhile must not count it as waiting)."""
+
+    remaining: int
+    released: bool = False
+
+
 class RequestBatcher:
     def __init__(self, clients: Mapping[str, PolicyClient], clock: PartClock | None = None, *,
                  streaming: bool = False, wait_s: float = 0.0) -> None:
@@ -58,6 +67,7 @@ class RequestBatcher:
         self._first_pending: dict[str, float] = {}  # streaming: policy -> when its oldest pending request came
         self._in_flight: dict[str, int] = defaultdict(int)  # streaming: policy -> calls in flight
         self._sends: set[asyncio.Task] = set()
+        self._tickets: dict[asyncio.Future, _Ticket] = {}  # each pending future -> its generate_many call
         self._waiting_episodes = 0  # participants waiting for results (an episode waiting on its parts counts)
         self._parts = 0  # live participants beside the episode tasks: the running parts of ``gather``
         self._changed = asyncio.Event()
@@ -73,12 +83,17 @@ class RequestBatcher:
             self._pending.append((policy, request, future))
             self._first_pending.setdefault(policy, time.monotonic())
             futures.append(future)
+        ticket = _Ticket(len(futures))
+        for future in futures:
+            self._tickets[future] = ticket
         self._waiting_episodes += 1
         self._changed.set()
         try:
             return list(await asyncio.gather(*futures))
         finally:
-            self._waiting_episodes -= 1
+            for future in futures:
+                self._tickets.pop(future, None)
+            self._release(ticket)
 
     async def gather(self, parts: Iterable[Awaitable]) -> list:
         """Run parts of one episode concurrently (its playouts), each a participant of the flush rule until it ends;
@@ -171,17 +186,17 @@ class RequestBatcher:
         try:
             with self.clock.part(GENERATE):
                 results = await self._call(policy, [r for r, _ in items])
+            self._deliver(policy, items, results)
         except BaseException as error:  # the episodes waiting on it fail with it, and so does the rollout
             for _, future in items:
                 if not future.done():
                     future.set_exception(error)
+                self._answered(future)
             if not isinstance(error, Exception):
                 raise
-            return
         finally:
             self._in_flight[policy] -= 1
-            self._changed.set()
-        self._deliver(policy, items, results)
+            self._changed.set()  # after delivery: the run loop sees the answered episodes as no longer waiting
 
     # ---- barrier ----
 
@@ -204,7 +219,21 @@ class RequestBatcher:
         for (request, future), result in zip(items, results):
             self.stats.requests += 1
             self.stats.sequences += request.n
-            future.set_result(result)
+            if not future.done():  # a cancelled episode's future stays cancelled
+                future.set_result(result)
+            self._answered(future)
+
+    def _answered(self, future: asyncio.Future) -> None:
+        ticket = self._tickets.pop(future, None)
+        if ticket is not None:
+            ticket.remaining -= 1
+            if ticket.remaining == 0:
+                self._release(ticket)
+
+    def _release(self, ticket: _Ticket) -> None:
+        if not ticket.released:
+            ticket.released = True
+            self._waiting_episodes -= 1
 
     async def _call(self, policy: str, requests: list[GenerationRequest]) -> list[GenerationResult]:
         with self.busy.part(policy):

@@ -125,3 +125,34 @@ def test_a_streamed_rollout_has_the_barriers_samples_groups_and_episodes(make_ex
     timings = results[True].timings
     assert timings["generate_s"] + timings["env_s"] <= timings["rollout_s"]
     assert 0.0 <= timings["engine_idle_fraction"] <= 1.0
+
+
+def test_an_answered_episode_stops_counting_as_waiting_when_its_answer_arrives():
+    """After a call returns, its episodes are no longer waiting although their tasks have not run yet: a batch held
+    back for ``wait_s`` must not be sent early on their account (review: b1 went alone, and a2 50 ms later alone too)."""
+
+    class Client(TimedClient):
+        async def generate(self, requests):
+            self.seconds = 0.6 if [r.request_id for r in requests] == ["a1"] else 0.1
+            return await super().generate(requests)
+
+    client = Client()
+
+    async def main():
+        batcher = RequestBatcher({"policy_0": client}, streaming=True, wait_s=0.5)
+
+        async def first():
+            await batcher.generate_many([request("a0")])
+            await batcher.generate_many([request("a1")])
+            await asyncio.to_thread(time.sleep, 0.05)
+            await batcher.generate_many([request("a2")])
+
+        async def second():
+            await batcher.generate_many([request("b0")])
+            await asyncio.to_thread(time.sleep, 1.0)
+            await batcher.generate_many([request("b1")])
+
+        await batcher.run([first(), second()])
+
+    asyncio.run(main())
+    assert client.calls == [["a0", "b0"], ["a1"], ["a2", "b1"]]

@@ -189,6 +189,9 @@ class VLLMEngine:
         self.enable_lora = bool(enable_lora)
         self.tensor_parallel_size = int(tensor_parallel_size)
         self.platform = str(getattr(current_platform, "device_type", "") or "unknown")
+        if self.sync_transport == IPC and (self.platform != "cuda" or self.tensor_parallel_size != 1):
+            raise ConfigError(f"sync_transport={IPC} needs one CUDA GPU per engine (tensor parallel 1); this engine is "
+                              f"on {self.platform!r} with tensor parallel {self.tensor_parallel_size}: use auto")
         self.sleep_available = bool(current_platform.is_sleep_mode_available())
         self.sleep_enabled = bool(enable_sleep_mode) and self.sleep_available
         if enable_sleep_mode and not self.sleep_available:

@@ -89,13 +89,16 @@ class VLLMWorkerWeightLoader:
         return len(tensors)
 
     def ipc_probe(self, handle: list, size: int) -> int:
-        """The sum of the bytes of the CUDA IPC buffer ``handle``: the round trip that picks the sync's transport."""
+        """The sum of the bytes of the CUDA IPC buffer ``handle``: the round trip that picks the sync's transport; -1
+        when the buffer opens on another GPU than the model's (the sender's device number means another device in
+        this process), where every sync would copy across devices."""
         import torch
 
         from pettingllms.rollout.vllm.ipc import open_handle
 
         bucket = open_handle(handle, size)
-        total = int(bucket.sum(dtype=torch.int64).item())
+        model_device = next(self.model_runner.get_model().parameters()).device
+        total = int(bucket.sum(dtype=torch.int64).item()) if bucket.device == model_device else -1
         del bucket
         return total
 
