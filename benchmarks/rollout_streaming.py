@@ -66,6 +66,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--wait-s", type=float, default=0.05, help="rollout.streaming_wait_s (transformers engine)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--note", action="append", default=[], help="a line for the result's notes (repeatable)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out-dir")
     args = parser.parse_args(argv)
@@ -190,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                       "engine_idle_share": median([s[mode]["engine_idle_share"] for s in samples]),
                       "tokens": median([s[mode]["tokens"] for s in samples])} for mode in ("barrier", "streaming")}
     medians["ratio"] = ratio
-    config = {key: value for key, value in vars(args).items() if key not in ("out_dir",)}
+    config = {key: value for key, value in vars(args).items() if key not in ("out_dir", "note")}
     config["env_ms"] = list(args.env_ms)
     write_result(f"rollout_streaming_{args.engine}", argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick),
                  config=config, samples=samples, medians=medians, measured=ratio, target=TARGET, op="<=",
@@ -198,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                  load_before=load_before, threads=args.threads, also_required={"equal_tokens": equal_tokens},
                  script="rollout_streaming",
                  notes=["greedy sampling: both modes generate the same tokens (equal_tokens), so the time ratio is "
-                        "the inverse of the throughput ratio"])
+                        "the inverse of the throughput ratio", *args.note])
     return {"samples": samples, "medians": medians, "passed": ratio <= TARGET and equal_tokens}
 
 
