@@ -458,7 +458,8 @@ def _settings(overrides: Sequence[str]) -> list[str]:
 # (2026-11-27); a section left empty goes too, and so does an agent's server block with no url (agents.<role>.server).
 NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1, ("optim", "logprob_chunk_tokens"): 0, ("optim", "attention"): "auto",
                     ("self_play", "pool_size"): 0, ("self_play", "snapshot_every"): 10, ("self_play", "live_prob"): 0.5,
-                    ("training", "async_checkpoint"): False}
+                    ("training", "async_checkpoint"): False, ("rollout", "streaming"): False,
+                    ("rollout", "streaming_wait_s"): 0.05}
 
 
 def fingerprint(overrides: Sequence[str]) -> str:
