@@ -79,7 +79,6 @@ from pettingllms.rollout.vllm.ipc import (
     IPC,
     SHARED_MEMORY,
     choose_transport,
-    ipc_bytes,
     pack_bucket,
     probe_pattern,
     probe_sum,
@@ -410,18 +409,18 @@ class VLLMEngine:
         import torch
 
         bucket, layout = pack_bucket(chunk, self.weight_dtype)
+        size = int(bucket.numel())
         chunk.clear()  # packed: the learner's tensors can go
         torch.cuda.synchronize(bucket.device)  # the worker reads the buffer from another process
         try:
             self.llm.collective_rpc(VLLMWorkerWeightLoader.load_weights_ipc.__name__,
-                                    args=(list(share_handle(bucket)), int(bucket.numel()),
+                                    args=(list(share_handle(bucket)), size,
                                           [[name, dtype, list(shape), offset] for name, dtype, shape, offset in layout]))
         finally:
             del bucket
         report.tensors += len(layout)
         report.chunks += 1
-        report.largest_chunk_bytes = max(report.largest_chunk_bytes, sum(
-            ipc_bytes(dtype, shape) for _, dtype, shape, _ in layout))
+        report.largest_chunk_bytes = max(report.largest_chunk_bytes, size)
 
     def _finish_reload(self, failed: bool) -> None:
         """End the layerwise reload on every worker; only a complete sync makes the engine usable again."""

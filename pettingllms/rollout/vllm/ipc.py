@@ -46,9 +46,10 @@ def pack_bucket(tensors: Mapping[str, Any], dtype: Any = None, device: Any = Non
     offset = 0
     for name, tensor in tensors.items():
         cast = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+        dtype_name, shape = str(cast).removeprefix("torch."), tuple(int(d) for d in tensor.shape)
         offset = -(-offset // ALIGN) * ALIGN
-        layout.append((str(name), str(cast).removeprefix("torch."), tuple(int(d) for d in tensor.shape), offset))
-        offset += tensor.numel() * torch.empty((), dtype=cast).element_size()
+        layout.append((str(name), dtype_name, shape, offset))
+        offset += ipc_bytes(dtype_name, shape)
     bucket = torch.empty(max(offset, 1), dtype=torch.uint8, device=device)
     for (name, dtype_name, shape, start), tensor in zip(layout, tensors.values()):
         view = unpack_one(bucket, dtype_name, shape, start)

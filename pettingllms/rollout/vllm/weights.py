@@ -236,7 +236,8 @@ def layer_of(name: str) -> str:
 
 @dataclass
 class SyncReport:
-    """What one sync moved: tensors and chunks, and the largest chunk (bytes in the engine's dtype)."""
+    """What one sync moved: tensors and chunks, and the largest chunk (bytes in the engine's dtype; over CUDA IPC, the
+    packed buffer with its alignment padding)."""
 
     tensors: int = 0
     chunks: int = 0
