@@ -1,17 +1,24 @@
 """The opponent pool (``self_play.*``): frozen past versions of the trained agents as opponents, beside the live
 policy (fictitious self-play; UnstableBaselines keeps such a pool of LoRA adapters).
 
-- Slots: each trained adapter of an agent that plays in the pool gets ``pool_size`` frozen twins on the same model,
-  ``<adapter>-pool<k>``, declared with the policy's adapters (``slot_adapters``), so the same engine serves them
-  beside the live ones (one more LoRA each, for vLLM's ``max_loras`` too) and the checkpoint holds their weights.
-- Snapshots: every ``snapshot_every`` steps, after the step's update, every trained adapter is copied into slot
-  ``k`` (the slots fill in order, then the oldest is replaced): ``OpponentPool.snapshot_due``, ``next_slot``,
-  ``copies``, ``record``.
+- Slots, LoRA policies (L2; L1/L3 with ``lora.rank``): each trained adapter of an agent that plays in the pool gets
+  ``pool_size`` frozen twins on the same model, ``<adapter>-pool<k>``, declared with the policy's adapters
+  (``slot_adapters``), so the same engine serves them beside the live ones (one more LoRA each, for vLLM's
+  ``max_loras`` too) and the checkpoint holds their weights.
+- Slots, full-weight policies (L1/L3 full fine-tunes): the policy gets one more worker, ``<policy>-pool``
+  (``snapshot_policy``; ``runtime/snapshots.py``), untrained, with an engine of its own; it keeps every slot's full
+  weights in host memory and plays one slot at a time, so all of a step's episodes against the pool meet the same
+  past version (``step_slot``). Costs: one more engine (and its model) per such policy, and ``pool_size`` copies of
+  the weights in host memory and in every checkpoint.
+- Snapshots: every ``snapshot_every`` steps, after the step's update, every trained agent's weights (its adapter, or
+  its full policy) are copied into slot ``k`` (the slots fill in order, then the oldest is replaced):
+  ``OpponentPool.snapshot_due``, ``next_slot``, ``copies``, ``full_copies``, ``record``.
 - Seating, per problem of a step (``OpponentPool.seatings``): with probability ``live_prob``, or while the pool is
   empty, every agent plays live (plain self-play: every seat trains); otherwise one seat trains, taking turns across
-  the step's problems, and one past version drawn uniformly from the filled slots plays every other pooled agent.
-  Those agents' samples are frozen (never grouped or trained; ``rollout/executor.py``). The draws are seeded by
-  (run seed, step, problem slot), so a resumed run seats its problems as the original did.
+  the step's problems, and one past version drawn uniformly from the filled slots (per problem; per step when a
+  full-weight policy is pooled) plays every other pooled agent. Those agents' samples are frozen (never grouped or
+  trained; ``rollout/executor.py``). The draws are seeded by (run seed, step, problem slot), so a resumed run seats
+  its problems as the original did.
 - ``state_dict`` (which step each slot holds) goes into the trainer's checkpoint.
 """
 
@@ -25,6 +32,11 @@ from pettingllms.core import ConfigError
 from pettingllms.rollout.executor import AgentSpec, Opponent
 
 POOL_SUFFIX = "-pool"
+
+
+def snapshot_policy(policy: str) -> str:
+    """The worker that plays a full-weight policy's past versions (``WorkerSpec.snapshot_of``)."""
+    return f"{policy}{POOL_SUFFIX}"
 
 
 def slot_adapter(adapter: str, k: int) -> str:
@@ -42,10 +54,9 @@ def pooled_agents(agent_specs: Mapping[str, AgentSpec]) -> list[str]:
     return [name for name, spec in agent_specs.items() if spec.trainable]
 
 
-def check_pool(pool_size: int, agent_specs: Mapping[str, AgentSpec], lora_policies: Sequence[str],
-               program: bool) -> None:
-    """Refuse a pool the run cannot hold, naming the fix: it needs two acting agents, LoRA adapters on every trained
-    agent's policy (a past version is a frozen copy of an adapter), and an env the executor runs."""
+def check_pool(pool_size: int, agent_specs: Mapping[str, AgentSpec], program: bool) -> None:
+    """Refuse a pool the run cannot hold, naming the fix: it needs two trained acting agents and an env the executor
+    runs."""
     if pool_size == 0:
         return
     if program:
@@ -61,12 +72,11 @@ def check_pool(pool_size: int, agent_specs: Mapping[str, AgentSpec], lora_polici
                           "episode against the pool one trained seat plays live and the past version plays the other "
                           "trained agents, so with one there is no seat for it (a fixed opponent is an untrained agent, "
                           "agents.<role>.trainable=false, or the env's opponent option)")
-    full = sorted({agent_specs[a].policy for a in pooled if agent_specs[a].adapter is None
-                   or agent_specs[a].policy not in lora_policies})
-    if full:
-        raise ConfigError(f"self_play.pool_size keeps past versions as frozen LoRA adapters, but {full} train their "
-                          f"full weights: give {'them' if len(full) > 1 else 'it'} an adapter (base_models."
-                          f"{full[0]}.lora.rank=16, for instance); snapshots of full models are not built")
+
+
+def full_policies(agent_specs: Mapping[str, AgentSpec]) -> list[str]:
+    """The trained policies whose past versions are full models (no adapter): each gets a ``snapshot_policy``."""
+    return sorted({agent_specs[a].policy for a in pooled_agents(agent_specs) if agent_specs[a].adapter is None})
 
 
 @dataclass
@@ -104,10 +114,16 @@ class OpponentPool:
         out: dict[str, list[tuple[str, str]]] = {}
         for name in pooled_agents(self.agent_specs):
             spec = self.agent_specs[name]
+            if spec.adapter is None:  # a full model: full_copies
+                continue
             pair = (spec.adapter, slot_adapter(spec.adapter, k))
             if pair not in out.setdefault(spec.policy, []):
                 out[spec.policy].append(pair)
         return out
+
+    def full_copies(self) -> dict[str, str]:
+        """Full-weight policy -> the worker that keeps its past versions (every snapshot copies the whole policy)."""
+        return {policy: snapshot_policy(policy) for policy in full_policies(self.agent_specs)}
 
     def record(self, k: int, step: int) -> None:
         self.slots[k] = step
@@ -117,12 +133,25 @@ class OpponentPool:
 
     def opponent(self, k: int, agent: str) -> Opponent:
         spec = self.agent_specs[agent]
-        return Opponent(f"pool{k}@step{self.slots[k]}", spec.policy, slot_adapter(spec.adapter, k))
+        name = f"pool{k}@step{self.slots[k]}"
+        if spec.adapter is None:  # a full model: its pool worker plays the slot the step serves (step_slot)
+            return Opponent(name, snapshot_policy(spec.policy), None)
+        return Opponent(name, spec.policy, slot_adapter(spec.adapter, k))
+
+    def step_slot(self, step: int) -> int | None:
+        """The slot every problem of ``step`` drawn against the pool meets when a full-weight policy is pooled (its
+        pool worker holds one past version at a time); None when no slot is filled or every policy has adapters
+        (their slots are drawn per problem)."""
+        filled = self.filled()
+        if not filled or not full_policies(self.agent_specs):
+            return None
+        return random.Random(f"{self.seed}/{step}/opponent-pool-slot").choice(filled)
 
     def seatings(self, step: int, problems: int) -> list[dict[str, Opponent]]:
         """Per problem of ``step``: the agents a past version plays (empty: every agent live)."""
         filled = self.filled()
         pooled = pooled_agents(self.agent_specs)
+        per_step = self.step_slot(step)
         out: list[dict[str, Opponent]] = []
         for slot in range(problems):
             rng = random.Random(f"{self.seed}/{step}/{slot}/opponent-pool")
@@ -130,6 +159,8 @@ class OpponentPool:
                 out.append({})
                 continue
             k = rng.choice(filled)
+            if per_step is not None:
+                k = per_step
             learner = pooled[(step + slot) % len(pooled)]  # seats take turns across problems (and steps)
             out.append({agent: self.opponent(k, agent) for agent in pooled if agent != learner})
         return out
@@ -139,10 +170,18 @@ class OpponentPool:
         if not self.enabled:
             return "self-play: every agent live (self_play.pool_size=0)"
         pooled = pooled_agents(self.agent_specs)
-        return (f"self-play with an opponent pool of {self.size} past versions (a snapshot of {pooled}'s adapters "
-                f"every {self.snapshot_every} steps): each problem is plain self-play with probability "
-                f"{self.live_prob:g}, otherwise one seat trains (taking turns) against one past version drawn "
-                "uniformly from the pool, which plays every other agent and is never trained")
+        full = full_policies(self.agent_specs)
+        adapters = [a for a in pooled if self.agent_specs[a].adapter is not None]
+        what = " and ".join(part for part in (
+            f"{adapters}'s adapters" if adapters else "",
+            f"{', '.join(full)}'s full weights, kept in host memory and played by "
+            f"{', '.join(snapshot_policy(p) for p in full)}"
+            if full else "") if part)
+        drawn = "per step (a pool worker plays one past version at a time)" if full else "per problem"
+        return (f"self-play with an opponent pool of {self.size} past versions (a snapshot of {what} every "
+                f"{self.snapshot_every} steps): each problem is plain self-play with probability {self.live_prob:g}, "
+                f"otherwise one seat trains (taking turns) against one past version drawn uniformly from the pool "
+                f"{drawn}, which plays every other agent and is never trained")
 
     def state_dict(self) -> dict:
         return {"slots": list(self.slots)}

@@ -14,7 +14,7 @@ from pettingllms.config.frozen import thaw
 from pettingllms.config.graph import acting_graph
 from pettingllms.config.specialization import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_utilizations
-from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, slot_adapters
+from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, full_policies, slot_adapters, snapshot_policy
 from pettingllms.config.schema import AgentServerConfig, Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
 from pettingllms.core.registry import make_agents
@@ -55,7 +55,10 @@ class RunPlan:
         directory) are taken as they are; any other policy's model is resolved here: an unknown model fails with
         ConfigError, the packaged model converts once."""
         directories = directories or {}
-        specs = [dataclasses.replace(spec, model_dir=str(directories[spec.policy])) if spec.policy in directories
+        def directory(spec: WorkerSpec):  # an opponent-pool worker loads its policy's model
+            return directories.get(spec.snapshot_of or spec.policy)
+
+        specs = [dataclasses.replace(spec, model_dir=str(directory(spec))) if directory(spec) is not None
                  else spec.resolved() for spec in self.worker_specs]
         return dataclasses.replace(self, worker_specs=specs)
 
@@ -122,8 +125,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
     pool = None
     if not isinstance(cfg, EvalRunConfig):  # evaluation plays no pool (its own model.opponent instead)
         sp = cfg.self_play
-        check_pool(sp.pool_size, agent_specs, [name for name, p in policies.items() if p.model.lora.rank > 0],
-                   isinstance(env, AgentProgram))
+        check_pool(sp.pool_size, agent_specs, isinstance(env, AgentProgram))
         pool = OpponentPool(sp.pool_size, sp.snapshot_every, sp.live_prob, agent_specs, cfg.training.seed)
     executor_config = executor_config_of(cfg)
     if isinstance(env, AgentProgram) and executor_config.mode != "trajectory" and not isinstance(cfg, EvalRunConfig):
@@ -135,7 +137,8 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
         filter_ratio=cfg.algorithm.filter_ratio,
         unit=executor_config.advantage_unit,  # the samples' maker says what counts once in a group
     )
-    worker_specs = worker_specs_of(cfg, policies)
+    pooled_full = full_policies(agent_specs) if pool is not None and pool.enabled else []
+    worker_specs = worker_specs_of(cfg, policies, pooled_full)
     memory = check_gpu_memory(cfg, worker_specs) if check_memory and not isinstance(cfg, EvalRunConfig) else None
     sized = planned_utilizations(memory)  # engine_options.gpu_memory_utilization=auto, sized by the plan
     worker_specs = [dataclasses.replace(spec, engine_options={**spec.engine_options,
@@ -187,13 +190,30 @@ def _adapter_of(agent: AgentPlan, policy: PolicyPlan) -> str | None:
     return next(iter(_policy_adapters(policy)), None)
 
 
-def worker_specs_of(cfg: Config, policies: dict[str, PolicyPlan]) -> list[WorkerSpec]:
-    """One worker spec per policy, with the CPU budget split over the ranks of all policies (``share_cpus``).
+def worker_specs_of(cfg: Config, policies: dict[str, PolicyPlan], pooled_full: Sequence[str] = ()) -> list[WorkerSpec]:
+    """One worker spec per policy, and one opponent-pool worker per full-weight policy in ``pooled_full``
+    (``pool_worker_spec``), with the CPU budget split over the ranks of all of them (``share_cpus``).
 
     The budget here is ``resources.num_cpus`` or this process's CPUs; a run that joins a Ray cluster (Slurm) splits
     the cluster's CPUs again once it has joined (``PolicyGroup``)."""
     specs = [_worker_spec(cfg, policy, _layout(cfg, policy)) for policy in policies.values()]
+    specs += [pool_worker_spec(next(s for s in specs if s.policy == name)) for name in pooled_full]
     return share_cpus(specs, cpu_budget(cfg))
+
+
+def pool_worker_spec(live: WorkerSpec) -> WorkerSpec:
+    """The worker that plays a full-weight policy's past versions (``runtime/snapshots.py``): the same model and
+    engine settings, untrained, one rank with the GPUs of one of the policy's engines."""
+    where = f"base_models.{live.policy}"
+    if live.layout.tensor_parallel > 1:
+        raise ConfigError(f"self_play.pool_size with {where}.tensor_parallel={live.layout.tensor_parallel}: the past "
+                          "versions of a full model are played by one more engine on one GPU, which is not built for "
+                          f"tensor parallelism; give the policy a LoRA adapter ({where}.lora.rank=16) to keep them as "
+                          "adapters, or set self_play.pool_size=0")
+    name = snapshot_policy(live.policy)
+    layout = resolve_layout(name, num_gpus=live.layout.gpus_per_rank, num_ranks=1, engine=live.engine)
+    return dataclasses.replace(live, policy=name, layout=layout, trainable=False, snapshot_of=live.policy, fsdp=None,
+                               requested_threads=0, requested_cpus=0.0)
 
 
 def cpu_budget(cfg: Config) -> float:

@@ -96,7 +96,8 @@ RANGES: dict[str, Range] = {
     "rollout.val_samples": within(1, 1024, "episodes per validation problem"),
     "rollout.playouts": within(0, 64, "0 = only a move that ends the game sees its outcome; each costs a whole game"),
     "rollout.streaming_wait_s": within(0, 10, "seconds a free engine waits for more requests; 0 = send at once"),
-    "self_play.pool_size": within(0, 64, "past versions kept; each is one more LoRA adapter on the model"),
+    "self_play.pool_size": within(0, 64, "past versions kept; each is one more LoRA adapter on the model, or one "
+                                         "more copy of a full model in host memory"),
     "self_play.snapshot_every": at_least(1, "steps between snapshots"),
     "self_play.live_prob": within(0, 1, "a probability"),
     "reward.alpha": at_least(0, "weight of the team reward"),

@@ -203,10 +203,11 @@ class RolloutConfig(Freezable):
 class SelfPlayConfig(Freezable):
     pool_size: int = setting(0, "past versions kept as opponents (the opponent pool; 0: off). Every "
                                 "`snapshot_every` steps each trained agent's LoRA adapter is copied into a frozen slot "
-                                "of the same model (the oldest replaced once all are filled); in an episode drawn "
-                                "against the pool one seat trains and a past version plays every other agent, its "
-                                "samples never trained ([self_play.md](self_play.md#opponents)). Needs LoRA on every "
-                                "trained policy and two trained agents or more")
+                                "of the same model, or a full-weight policy's weights into host memory for its pool "
+                                "worker `<policy>-pool` (one more engine); the oldest is replaced once all are filled. "
+                                "In an episode drawn against the pool one seat trains and a past version plays every "
+                                "other agent, its samples never trained ([self_play.md](self_play.md#opponents)). "
+                                "Needs two trained agents or more")
     snapshot_every: int = setting(10, "steps between snapshots into the pool (after the step's update)")
     live_prob: float = setting(0.5, "the chance that a problem's episodes are plain self-play (every agent live "
                                     "and trained) rather than against a past version from the pool")

@@ -241,6 +241,28 @@ class PolicyGroup:
         for policy, pairs in copies.items():
             self.ranks[policy][0].snapshot(list(pairs))
 
+    def snapshot_full(self, pools: Mapping[str, str], k: int) -> None:
+        """Full-weight policies' opponent-pool snapshots (``runtime/snapshots.py``): each trained policy's weights
+        (every rank takes part, as in a weight sync) become slot ``k`` of its pool worker; ``pools``: trained policy
+        -> its pool worker's policy. With Ray, rank 0's actor hands the copy to the pool's through the object store,
+        never through the driver."""
+        if not pools:
+            return
+        if not self.use_ray:
+            for policy, pool in pools.items():
+                self.ranks[pool][0].hold_snapshot(k, self.ranks[policy][0].snapshot_weights())
+            return
+        self._rank0_results({policy: [actor.send_snapshot.remote(self.ranks[pool][0], k)
+                                      for actor in self.ranks[policy]] for policy, pool in pools.items()})
+
+    def serve_snapshot(self, slots: Mapping[str, int]) -> None:
+        """Opponent-pool workers (pool policy -> slot): each plays that slot's past version from now on."""
+        if self.use_ray:
+            self._rank0_results({pool: [self.ranks[pool][0].serve_snapshot.remote(k)] for pool, k in slots.items()})
+            return
+        for pool, k in slots.items():
+            self.ranks[pool][0].serve_snapshot(k)
+
     def save(self, directory: str) -> None:
         self._call_all("save", lambda p: os.path.join(directory, p))
 

@@ -45,6 +45,9 @@ class WorkerSpec:
     master_weights: str = "float32"  # the learner's weights and AdamW state; "bfloat16" only when asked for
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     model_dir: str = ""  # the resolved model directory; "" until ``resolved`` (a dry run's plan never resolves)
+    # The opponent pool of a full-weight policy: the trained policy whose past versions this untrained worker plays
+    # ("" for every other worker; ``runtime/snapshots.py``)
+    snapshot_of: str = ""
 
     @property
     def engine(self) -> str:
@@ -60,6 +63,8 @@ class WorkerSpec:
         adapters = f", LoRA r={self.lora.rank} adapters {list(self.adapters)}" if self.lora is not None else ""
         frozen = f", frozen {list(self.frozen)}" if self.frozen else ""
         trains = "" if self.trainable else ", not trained"
+        if self.snapshot_of:
+            trains = f", not trained: plays {self.snapshot_of}'s past versions (the opponent pool)"
         return f"{self.policy}: {self.layout.describe()}; {self.dtype}{adapters}{frozen}{trains}; model {self.model_path}"
 
     def resolved(self) -> "WorkerSpec":

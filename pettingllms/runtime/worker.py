@@ -34,6 +34,7 @@ from pettingllms.core.part_clock import PartClock
 from pettingllms.runtime.spec import WorkerSpec
 
 log = logging.getLogger("pettingllms.runtime")
+SNAPSHOTS_DIR = "snapshots"  # an opponent-pool worker's past versions, in its policy's checkpoint folder
 
 
 class PolicyWorker:
@@ -53,6 +54,8 @@ class PolicyWorker:
         self._engine_barrier = None  # the TP group's barrier (engine_group_barrier), from setup on
         self._saving = None  # a checkpoint write running in the background (save_start), until save_wait
         self._checkpoint_group = None  # FSDP: the gloo group of the asynchronous saves' collectives
+        self.snapshots = None  # an opponent-pool worker's past versions (spec.snapshot_of): runtime/snapshots.py
+        self._serving_slot: int | None = None  # the slot whose weights its module and engine hold now
 
     # ------------------------------------------------------------------------------------------ placement
     def placement(self) -> dict[str, Any]:
@@ -122,6 +125,10 @@ class PolicyWorker:
         self._build_engine(device, engine)
         if barrier is not None:
             barrier()  # and change nothing until it has
+        if spec.snapshot_of:
+            from pettingllms.runtime.snapshots import SnapshotStore
+
+            self.snapshots = SnapshotStore()
         from pettingllms.runtime.serving import initial_push_needed
 
         if initial_push_needed(spec, trained=False):
@@ -255,6 +262,49 @@ class PolicyWorker:
             copy_adapter(self._model, source, target)
         self._push_weights(trained_only=False)
 
+    def snapshot_weights(self) -> dict[str, Any] | None:
+        """A full-weight policy's opponent-pool snapshot: every weight in the engines' dtype, copied to host memory
+        (rank 0's return; the other ranks of an FSDP group take part in the all-gathers and return None)."""
+        from pettingllms.learner.weights import full_weights
+        from pettingllms.models.load import parse_dtype
+        from pettingllms.runtime.snapshots import SnapshotStore
+
+        stream = full_weights(self._model, self._weight_names(False), dtype=parse_dtype(self.spec.dtype))
+        if self.rank != 0:
+            for _ in stream:
+                pass
+            return None
+        return SnapshotStore.host_copy(stream)
+
+    def send_snapshot(self, pool_worker: Any, k: int) -> None:
+        """Ray: ``snapshot_weights`` handed to the opponent-pool worker's actor as its slot ``k`` (every rank calls
+        this together; rank 0 sends)."""
+        weights = self.snapshot_weights()
+        if weights is not None:
+            import ray
+
+            ray.get(pool_worker.hold_snapshot.remote(k, weights))
+
+    def hold_snapshot(self, k: int, weights: dict[str, Any]) -> None:
+        """An opponent-pool worker: keep ``weights`` (``snapshot_weights`` of its policy) as slot ``k``."""
+        self._pool_store().hold(k, weights)
+        if self._serving_slot == k:
+            self._serving_slot = None  # the slot holds another version now: load it again before playing it
+
+    def serve_snapshot(self, k: int) -> None:
+        """An opponent-pool worker: its module and engine play slot ``k``'s past version (nothing to do when they
+        already do)."""
+        if self._serving_slot == k:
+            return
+        self._pool_store().load_into(k, self._model)
+        self._push_weights(trained_only=False)
+        self._serving_slot = k
+
+    def _pool_store(self):
+        if self.snapshots is None:
+            raise RuntimeError(f"policy {self.spec.policy!r} is not an opponent-pool worker (spec.snapshot_of)")
+        return self.snapshots
+
     def full_weights(self, trained_only: bool = False) -> Iterator[tuple[str, Any]]:
         """The policy's full (unsharded) weights, one ``(name, tensor)`` at a time. Under FSDP a collective: every
         rank iterates it to the end together. ``trained_only``: the tensors an update changes (all of a full
@@ -280,6 +330,7 @@ class PolicyWorker:
 
         engine_rng = self.engine.get_rng_state() if self.engine is not None else None
         save_worker_state(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng)
+        self._save_snapshots(directory)
 
     def save_start(self, directory: str) -> None:
         """``save`` with the learner's shards written in a thread of this worker (its state copied into host buffers
@@ -299,6 +350,11 @@ class PolicyWorker:
         engine_rng = self.engine.get_rng_state() if self.engine is not None else None
         self._saving = start_worker_save(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng,
                                          process_group=group)
+        self._save_snapshots(directory)  # host memory to disk, written now (a pool worker has no learner to stage)
+
+    def _save_snapshots(self, directory: str) -> None:
+        if self.snapshots is not None and self.rank == 0:
+            self.snapshots.save(Path(directory) / SNAPSHOTS_DIR)
 
     def save_wait(self) -> None:
         saving, self._saving = self._saving, None
@@ -311,6 +367,9 @@ class PolicyWorker:
         engine_rng = load_worker_state(Path(directory), self.learner, self.rank, self.spec.policy)
         if self.engine is not None and engine_rng is not None:
             self.engine.set_rng_state(engine_rng)
+        if self.snapshots is not None:  # the past versions the run had; the next step loads the one it plays
+            self.snapshots.load(Path(directory) / SNAPSHOTS_DIR)
+            self._serving_slot = None
         # An engine with its own copy still holds the initial weights: give it the restored ones.
         self._push_weights(trained_only=False)
 

@@ -220,6 +220,9 @@ class Trainer:
         # 1. Rollout: tree-structured episodes for a batch of problems.
         batch = self.cursor.next_batch(self.cfg.training.train_batch_size)
         opponents = self.pool.seatings(step, len(batch)) if self.pool.enabled else None  # past versions' seats
+        slot = self.pool.step_slot(step) if self.pool.enabled else None
+        if slot is not None and any(opponents):  # full-weight policies' pool workers play the step's past version
+            self.policies.serve_snapshot({pool: slot for pool in self.pool.full_copies().values()})
         rollout = self.executor.run([p for p, _ in batch], [s for _, s in batch], opponents=opponents)
         if (errors := episode_errors(rollout.episodes)) is not None:
             log.warning("step %d: %s", step, errors)
@@ -243,9 +246,10 @@ class Trainer:
         updates = self.policies.update({p: b for p, b in batches.items() if self.plan.policies[p].trainable})
         for policy, values in updates.items():
             metrics.update(prefixed(f"{policy}/actor", values))
-        if self.pool.snapshot_due(step):  # the updated adapters become a past version in the opponent pool
+        if self.pool.snapshot_due(step):  # the updated weights become a past version in the opponent pool
             slot = self.pool.next_slot()
-            self.policies.snapshot(self.pool.copies(slot))
+            self.policies.snapshot(self.pool.copies(slot))  # adapters, into their frozen twins
+            self.policies.snapshot_full(self.pool.full_copies(), slot)  # full models, into their pool workers
             self.pool.record(slot, step)
         # 6. Metrics.
         metrics.update(sample_metrics(rollout.samples))

@@ -78,15 +78,90 @@ def test_state_round_trip_and_a_resume_with_another_size_is_refused():
 
 
 def test_pools_the_run_cannot_hold_are_refused_naming_the_fix():
-    check_pool(0, {"solo": specs()["player_0"]}, [], program=False)  # off: nothing checked
+    check_pool(0, {"solo": specs()["player_0"]}, program=False)  # off: nothing checked
+    check_pool(2, specs(adapters=(None, None)), program=False)  # full models: kept by a pool worker
     with pytest.raises(ConfigError, match="needs two acting agents"):
-        check_pool(2, {"player_0": specs()["player_0"]}, ["policy_0"], program=False)
+        check_pool(2, {"player_0": specs()["player_0"]}, program=False)
     with pytest.raises(ConfigError, match="needs two trained agents or more"):
-        check_pool(2, specs(trainable=(True, False)), ["policy_0"], program=False)
-    with pytest.raises(ConfigError, match=r"base_models.policy_0.lora.rank=16"):
-        check_pool(2, specs(adapters=(None, None)), [], program=False)
+        check_pool(2, specs(trainable=(True, False)), program=False)
     with pytest.raises(ConfigError, match="not built for programs"):
-        check_pool(2, specs(), ["policy_0"], program=True)
+        check_pool(2, specs(), program=True)
+
+
+# ------------------------------------------------------------------------------------------- full-model pools
+
+def test_a_full_model_pool_is_played_by_the_pool_worker_one_past_version_per_step():
+    pool = OpponentPool(3, snapshot_every=1, live_prob=0.0, agent_specs=specs(adapters=(None, None)), seed=0)
+    assert pool.copies(0) == {} and pool.full_copies() == {"policy_0": "policy_0-pool"}
+    assert pool.step_slot(1) is None  # nothing to play yet
+    for step in (1, 2, 3):
+        pool.record(pool.next_slot(), step)
+    per_step = {step: pool.step_slot(step) for step in range(10, 40)}
+    assert set(per_step.values()) == {0, 1, 2}  # every filled slot is drawn, one per step
+    for step, k in per_step.items():
+        seatings = pool.seatings(step, 6)
+        opponents = {o for seat in seatings for o in seat.values()}
+        assert opponents == {Opponent(f"pool{k}@step{k + 1}", "policy_0-pool", None)}, step
+    assert "policy_0's full weights, kept in host memory and played by policy_0-pool" in pool.describe()
+    assert "per step" in pool.describe()
+    # an adapter pool keeps its per-problem draws: step_slot says nothing there
+    lora = OpponentPool(3, 1, 0.0, specs(), seed=0)
+    lora.record(0, 1)
+    assert lora.step_slot(5) is None
+
+
+def test_snapshot_store_copies_round_trips_and_refuses_a_model_it_does_not_match(tmp_path):
+    import torch
+
+    from pettingllms.runtime.snapshots import SnapshotStore
+
+    model = torch.nn.Linear(3, 2)
+    store = SnapshotStore()
+    store.hold(0, SnapshotStore.host_copy(model.named_parameters()))
+    taken = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        model.weight.add_(1.0)  # training goes on; the slot keeps the version it was given
+    assert torch.equal(store.slots[0]["weight"], taken["weight"])
+    store.save(tmp_path / "snapshots")
+    again = SnapshotStore()
+    again.load(tmp_path / "snapshots")
+    assert set(again.slots) == {0} and all(torch.equal(again.slots[0][n], t) for n, t in taken.items())
+    again.load_into(0, model)
+    assert torch.equal(model.weight, taken["weight"])
+    with pytest.raises(KeyError, match="slot 1 is empty"):
+        again.load_into(1, model)
+    with pytest.raises(ValueError, match="missing"):
+        again.load_into(0, torch.nn.Sequential(torch.nn.Linear(3, 2)))
+    with pytest.raises(ValueError, match="shape"):
+        again.load_into(0, torch.nn.Linear(3, 4))
+    empty = SnapshotStore()
+    empty.load(tmp_path / "nothing-saved")  # a checkpoint from before the first snapshot
+    assert empty.slots == {}
+
+
+def test_the_plan_adds_one_pool_worker_per_full_policy_and_refuses_tensor_parallel():
+    import dataclasses
+
+    from pettingllms.assembly.describe import describe_plan
+    from pettingllms.assembly.plan import plan, pool_worker_spec
+    from pettingllms.entry.train import load_config
+    from pettingllms.runtime.layout import resolve_layout
+
+    run_plan = plan(load_config("train", ["env.name=lenient_nim:LenientNim", "specialization=L3",
+                                          "base_models.policy_0.path=tiny-random-smollm2",
+                                          "self_play.pool_size=2", "resources.use_ray=false"]))
+    trained = sorted(run_plan.policies)  # L3: one per agent
+    assert len(trained) == 2
+    pools = {s.policy: s for s in run_plan.worker_specs if s.snapshot_of}
+    assert pools.keys() == {f"{p}-pool" for p in trained}
+    assert all(not s.trainable and s.snapshot_of == name[:-len("-pool")] and s.layout.num_ranks == 1
+               for name, s in pools.items())
+    assert run_plan.pool.full_copies() == {p: f"{p}-pool" for p in trained}
+    assert "plays policy_" in describe_plan(run_plan)  # the plan printout names what each pool worker plays
+    live = next(s for s in run_plan.worker_specs if s.policy == trained[0])
+    tp2 = dataclasses.replace(live, layout=resolve_layout(trained[0], num_gpus=2, tensor_parallel=2, engine="vllm"))
+    with pytest.raises(ConfigError, match="tensor_parallel=2"):
+        pool_worker_spec(tp2)
 
 
 # ------------------------------------------------------------------------------------------- the executor
@@ -208,8 +283,53 @@ def test_a_run_snapshots_plays_past_versions_trains_live_seats_and_resumes_exact
     assert rows_of(resumed.run_dir)[3] == rows[3] and rows[3]["self_play/vs_pool_share"] > 0
 
 
-def test_the_pages_pool_command_plans_with_its_opponents_line():
-    """docs/self_play.md's pool command, as written (with the packaged tiny model in place of the default one)."""
+FULL = [o for o in TRAIN if o != "specialization=L2"] + ["specialization=L1"]  # no LoRA: full-weight snapshots
+
+
+def test_a_full_model_pool_serves_bit_identical_copies_taken_after_their_steps_update(tmp_path, nim_path):
+    import torch
+
+    from pettingllms.entry.train import load_config
+    from pettingllms.trainer.trainer import Trainer
+
+    with Trainer(load_config("train", [*FULL, f"training.log_dir={tmp_path}"])) as trainer:
+        live = trainer.policies.ranks["policy_0"][0]
+        pool_worker = trainer.policies.ranks["policy_0-pool"][0]
+        assert live.spec.lora is None and pool_worker.learner is None
+        taken = {}
+        for step in (1, 2, 3):
+            trainer.step(step)
+            taken[step] = {n: p.detach().clone() for n, p in live.model.named_parameters()}
+        assert trainer.pool.slots == [3, 2]  # slot 0 replaced by step 3's copy
+        for slot, step in ((0, 3), (1, 2)):
+            held = pool_worker.snapshots.slots[slot]
+            assert all(torch.equal(held[n], t) for n, t in taken[step].items())
+            pool_worker.serve_snapshot(slot)  # what the pool's engine plays: the module it generates with
+            assert all(torch.equal(p, taken[step][n]) for n, p in pool_worker.model.named_parameters())
+        assert any(not torch.equal(taken[2][n], taken[3][n]) for n in taken[2]), "step 3 should have trained"
+
+
+def test_a_full_model_pool_run_plays_past_versions_and_resumes_exactly(tmp_path, nim_path):
+    from pettingllms.runtime import checkpoints as ckpt
+
+    straight, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}/a"])
+    rows = rows_of(straight.run_dir)
+    assert [rows[s]["self_play/pool_filled"] for s in (1, 2, 3)] == [1.0, 2.0, 2.0]
+    assert rows[2]["self_play/vs_pool_share"] > 0 and "self_play/vs_pool/win_rate" in rows[2]
+    assert "policy_0-pool/actor/pg_loss" not in rows[2]  # the pool worker never trains
+    latest = ckpt.latest_checkpoint(straight.run_dir / "checkpoints")
+    assert sorted(p.name for p in (latest / ckpt.POLICIES_DIR / "policy_0-pool" / "snapshots").iterdir()) == \
+        ["slot0.safetensors", "slot1.safetensors", "slots.json"]
+    first, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}/b", "training.resume=auto",
+                                      "training.stop_after_steps=2"])
+    resumed, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}/b", "training.resume=auto"])
+    assert resumed.run_dir == first.run_dir
+    assert rows_of(resumed.run_dir)[3] == rows[3] and rows[3]["self_play/vs_pool_share"] > 0
+
+
+def test_the_pages_pool_commands_plan_with_their_opponents_lines():
+    """docs/self_play.md's pool commands, as written (with the packaged tiny model in place of the default one): the
+    adapter pool (L2) and the full-model pool (L1)."""
     import re
     import shlex
 
@@ -219,10 +339,14 @@ def test_the_pages_pool_command_plans_with_its_opponents_line():
     from pettingllms.entry.train import load_config
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "self_play.md").read_text()
-    (command,) = [c for c in re.findall(r"```bash\n(.*?)```", page, flags=re.S) if "self_play.pool_size" in c]
-    words = shlex.split(command.replace("\\\n", " "))
-    assert words[:2] == ["pettingllms", "train"]
-    run_plan = plan(load_config("train", [*words[2:], "base_models.policy_0.path=tiny-random-smollm2"]))
-    assert "opponents: self-play with an opponent pool of 4 past versions" in describe_plan(run_plan)
-    (spec,) = run_plan.worker_specs
+    adapters, full = [c for c in re.findall(r"```bash\n(.*?)```", page, flags=re.S) if "self_play.pool_size" in c]
+    plans = []
+    for command in (adapters, full):
+        words = shlex.split(command.replace("\\\n", " "))
+        assert words[:2] == ["pettingllms", "train"]
+        plans.append(plan(load_config("train", [*words[2:], "base_models.policy_0.path=tiny-random-smollm2"])))
+    assert "opponents: self-play with an opponent pool of 4 past versions" in describe_plan(plans[0])
+    (spec,) = plans[0].worker_specs
     assert set(spec.frozen) == {slot_adapter(a, k) for a in ("player_0", "player_1") for k in range(4)}
+    assert "policy_0's full weights" in describe_plan(plans[1])
+    assert [(s.policy, s.trainable) for s in plans[1].worker_specs] == [("policy_0", True), ("policy_0-pool", False)]

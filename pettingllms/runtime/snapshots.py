@@ -1,0 +1,84 @@
+"""Full-model past versions for the opponent pool (``self_play.*`` on a policy without LoRA: L1/L3 full fine-tunes).
+
+A LoRA policy keeps its past versions as frozen adapters on the same model (``assembly/opponent_pool.py``). A full
+model has no such slot, so each trained full-weight policy gets one more worker, ``<policy>-pool``
+(``WorkerSpec.snapshot_of``): untrained, with an engine of its own, that plays every past version of that policy.
+
+- ``SnapshotStore``: the slots' weights, in host memory (the engines' dtype), so a snapshot costs no GPU memory and
+  the pool engine holds one model whatever the pool's size. They are saved with the run's checkpoint (one
+  safetensors file per filled slot), so a resumed run plays against exactly the weights the original did.
+- The pool engine serves one slot at a time (``load_into``: the slot's tensors copied into the module, then the
+  usual weight push to the engine), so a step's episodes against the pool all meet the same past version
+  (``OpponentPool.step_slot``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import torch
+
+INDEX_FILE = "slots.json"
+SLOT_FILE = "slot{k}.safetensors"
+
+
+class SnapshotStore:
+    """Slot -> the full weights of one past version, as ``name -> tensor`` in host memory."""
+
+    def __init__(self) -> None:
+        self.slots: dict[int, dict[str, torch.Tensor]] = {}
+
+    @staticmethod
+    def host_copy(weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """``(name, tensor)`` pairs (``learner.weights.full_weights``, one full tensor at a time) copied to host
+        memory: the live weights go on training, the copy stays as it was at the snapshot."""
+        return {name: tensor.detach().to("cpu", copy=True).contiguous() for name, tensor in weights}
+
+    def hold(self, k: int, weights: Mapping[str, torch.Tensor]) -> None:
+        if not weights:
+            raise ValueError(f"snapshot slot {k}: no weights given")
+        self.slots[k] = dict(weights)
+
+    def load_into(self, k: int, model: torch.nn.Module) -> None:
+        """Copy slot ``k``'s weights into ``model``'s parameters; every parameter must be in the slot and every
+        tensor of the slot must be a parameter of the same shape (a mismatch would play a different model)."""
+        if k not in self.slots:
+            raise KeyError(f"snapshot slot {k} is empty (filled: {sorted(self.slots)})")
+        weights = self.slots[k]
+        params = dict(model.named_parameters())
+        missing, unknown = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
+        if missing or unknown:
+            raise ValueError(f"snapshot slot {k} does not match the model: missing {missing[:3]}"
+                             f"{'...' if len(missing) > 3 else ''}, unknown {unknown[:3]}"
+                             f"{'...' if len(unknown) > 3 else ''}")
+        with torch.no_grad():
+            for name, param in params.items():
+                if tuple(param.shape) != tuple(weights[name].shape):
+                    raise ValueError(f"snapshot slot {k}: {name} has shape {tuple(weights[name].shape)}, the model "
+                                     f"{tuple(param.shape)}")
+                param.copy_(weights[name])
+
+    def save(self, folder: Path) -> None:
+        """One safetensors file per filled slot and an index of them (written last)."""
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, weights in sorted(self.slots.items()):
+            save_file(weights, str(folder / SLOT_FILE.format(k=k)))
+        (folder / INDEX_FILE).write_text(json.dumps({"slots": sorted(self.slots)}))
+
+    def load(self, folder: Path) -> None:
+        """The slots saved in ``folder`` (none when the checkpoint was written before any snapshot)."""
+        from safetensors.torch import load_file
+
+        self.slots = {}
+        index = folder / INDEX_FILE
+        if not index.is_file():
+            return
+        for k in json.loads(index.read_text())["slots"]:
+            self.slots[int(k)] = load_file(str(folder / SLOT_FILE.format(k=k)))
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for weights in self.slots.values() for t in weights.values())
