@@ -180,3 +180,33 @@ def test_a_resumed_worker_gives_vllm_the_restored_weights(tiny_dir, tmp_path):
         assert torch.allclose(restored, trained, atol=LOGPROB_ATOL)
     finally:
         resumed.engine.close()
+
+
+def test_a_full_model_pool_worker_plays_the_snapshot_in_vllm_while_the_live_policy_moves_on(tiny_dir):
+    """The opponent pool of a full fine-tune (``runtime/snapshots.py``): the live policy's weights after an update,
+    held by the pool worker and served into its own vLLM engine, give vLLM the logprobs of the snapshot; the next
+    update moves the live policy and leaves the pool's engine where it was."""
+    from pettingllms.assembly.plan import pool_worker_spec
+
+    live = started(worker_spec(tiny_dir, lora=False))
+    pool = started(pool_worker_spec(live.spec))
+    try:
+        assert pool.learner is None and pool.spec.snapshot_of == "policy_0"
+        prompt = prompts(1, seed=53)[0]
+        train_once(live, "alice", None)
+        live_ids, live_logprobs, _ = greedy_logprobs(live, prompt, None)
+        pool.hold_snapshot(0, live.snapshot_weights())
+        pool.serve_snapshot(0)
+        ids, served, expected = greedy_logprobs(pool, prompt, None)
+        assert ids == live_ids and torch.allclose(served, live_logprobs, atol=LOGPROB_ATOL), (served, live_logprobs)
+        assert torch.allclose(served, expected, atol=LOGPROB_ATOL)  # vLLM plays what the pool's module holds
+
+        train_once(live, "alice", None)
+        with torch.no_grad():
+            moved = teacher_forced_logprobs(live.model, prompt, ids)
+        assert (moved - served).abs().max() > 100 * LOGPROB_ATOL, "the second update must move the live policy"
+        _, still, _ = greedy_logprobs(pool, prompt, None)
+        assert torch.allclose(still, served, atol=LOGPROB_ATOL), "the pool's engine must keep the past version"
+    finally:
+        live.engine.close()
+        pool.engine.close()
