@@ -253,3 +253,14 @@ def test_rollout_streaming_quick(tmp_path):
     assert pair["streaming"]["engine_calls"] > pair["barrier"]["engine_calls"]  # it did not wait for everyone
     assert written["also_required"]["equal_tokens"] is (pair["barrier"]["tokens"] == pair["streaming"]["tokens"])
     assert report["medians"]["ratio"] == written["measured"]
+
+
+@pytest.mark.bench
+def test_checkpoint_blocking_quick(tmp_path):
+    report = load_benchmark("checkpoint_blocking").main(["--quick", "--out-dir", str(tmp_path)])
+    written = json.loads((tmp_path / "checkpoint_blocking.json").read_text())
+    check_common_fields(written, "checkpoint_blocking")
+    (pair,) = written["samples"]["pairs"]
+    assert pair["sync_s"] > 0 and 0 < pair["async_blocking_s"] <= pair["async_complete_s"]
+    assert written["samples"]["checkpoint_bytes"] > 0
+    assert written["measured"] == report["medians"]["ratio"] == round(pair["async_blocking_s"] / pair["sync_s"], 3)
