@@ -40,6 +40,8 @@ Every part adds ``optim.logprob_chunk_tokens=1024`` (``PART_OVERRIDES``), so the
 Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens, and the
 device memory (GB in use on the GPU, every process) after each phase of the step: the update, the learner's cache
 release, the weights' sync and the KV cache's wake.
+Per part, the start-up seconds of every vLLM engine the run logged (``engine_start_s``): the first part on a fresh
+machine compiles the model (torch.compile, CUDA graphs); later parts with the same model load vLLM's compile cache.
 Peak GPU memory is the device's ``memory.used`` (nvidia-smi, sampled every 0.2 s) over each part, so it covers
 vLLM's engine processes and the learners together.
 """
@@ -50,6 +52,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -234,7 +237,7 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
                  *PART_OVERRIDES[level], *args.data_overrides]
     env = {**os.environ, "PYTHON": sys.executable}
     start = time.perf_counter()
-    subprocess.run(["bash", str(script), *overrides], cwd=ROOT, env=env, check=True)
+    engine_starts = run_echoing(["bash", str(script), *overrides], env)
     wall = time.perf_counter() - start
     (summary,) = log_dir.glob("*/*/*/summary.log")
     rows = [json.loads(line) for line in summary.read_text().splitlines()]
@@ -255,8 +258,30 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
               f"step {step['step_s']:.1f} s; GPU memory in use (GB) "
               + ", ".join(f"{phase} {gb:.1f}" for phase, gb in step["memory_gb"].items()), flush=True)
     timed = per_step[1:] or per_step  # the first step also compiles kernels and allocates caches
+    if engine_starts:  # the first part on a machine compiles; later ones load vLLM's compile cache
+        print(f"{level}: vLLM engines started in " + ", ".join(f"{s:.1f} s" for s in engine_starts), flush=True)
     return {"script": LEVEL_SCRIPTS[level], "overrides": overrides, "wall_s": wall, "steps": per_step,
+            "engine_start_s": engine_starts,
             "medians": {k: median([s[k] for s in timed]) for k in ("update_s", "sync_s", "step_s", "rollout_s")}}
+
+
+ENGINE_STARTED = re.compile(r"vLLM engine for .* started in (\d+(?:\.\d+)?) s")
+
+
+def run_echoing(command: list[str], env: dict) -> list[float]:
+    """Run ``command``, echoing its output as it comes; return the start-up seconds of every vLLM engine it logged
+    (``VLLMEngine``'s "started in" line, printed by the Ray actors that host the engines)."""
+    starts: list[float] = []
+    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stdout.write(line)
+            if (match := ENGINE_STARTED.search(line)) is not None:
+                starts.append(float(match.group(1)))
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
+    return starts
 
 
 def memory_phases(row: dict) -> dict[str, float]:

@@ -210,6 +210,27 @@ def test_gpu_smoke_quick(tmp_path):
     assert l1["script"] == "scripts/train/math/math_L1_prompt.sh" and [s["step"] for s in l1["steps"]] == [1, 2]
     assert all(s["update_s"] > 0 and s["step_s"] >= s["update_s"] for s in l1["steps"])
     assert l1["medians"]["update_s"] == l1["steps"][1]["update_s"]  # the first step (warm-up) is left out
+    assert l1["engine_start_s"] == []  # the transformers engine on CPU: no vLLM start to time
+
+
+def test_gpu_smoke_reads_vllm_engine_starts_from_the_runs_output(tmp_path):
+    """The start-up seconds come from VLLMEngine's own log line as a Ray actor prints it; the output still reaches
+    the console, and a failing script still raises."""
+    import subprocess
+
+    import re
+
+    smoke = load_benchmark("gpu_smoke")
+    source = (Path(__file__).resolve().parents[2] / "pettingllms" / "rollout" / "vllm" / "engine.py").read_text()
+    (form,) = re.findall(r'"(vLLM engine for [^"]*started in %\.1f s)"', source)  # the engine's own log format
+    line = form % ("/m", "cuda", 1, 4096, "1,234", 44.2)
+    script = tmp_path / "run.sh"
+    script.write_text(f"echo '(PolicyWorker pid=1) INFO {line}'\necho '(PolicyWorker pid=2) INFO "
+                      f"{line.replace('44.2', '3.5')}'\necho done\n")
+    assert smoke.run_echoing(["bash", str(script)], {}) == [44.2, 3.5]
+    script.write_text("exit 3\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        smoke.run_echoing(["bash", str(script)], {})
 
 
 @pytest.mark.bench
