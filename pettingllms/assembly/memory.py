@@ -88,6 +88,24 @@ class PolicyInput:
     lora_note: str = ""
     batched_tokens: int = 0  # vLLM's max_num_batched_tokens when llm_options sets it (0: vLLM's default)
     max_seqs: int = 0  # vLLM's max_num_seqs when llm_options sets it (0: vLLM's default)
+    snapshot_of: str = ""  # an opponent-pool worker: the trained policy whose config (base_models.<p>) it shares
+
+    @property
+    def config_name(self) -> str:
+        """The ``base_models.<name>`` its settings come from (a pool worker's are its policy's)."""
+        return self.snapshot_of or self.name
+
+
+def _with_twins(policies: Sequence[PolicyInput], target: PolicyInput, **changes: Any) -> list[PolicyInput]:
+    """``policies`` with ``changes`` made to ``target`` and to every input configured by the same
+    ``base_models.<p>`` (its opponent-pool worker), as a change of that config key would."""
+    return [dataclasses.replace(q, **changes) if q.config_name == target.config_name else q for q in policies]
+
+
+def _without_pools_of(policies: Sequence[PolicyInput], names: set[str]) -> list[PolicyInput]:
+    """``policies`` less the opponent-pool workers of ``names``: a policy given LoRA keeps its past versions as
+    adapters instead (assembly/opponent_pool.py)."""
+    return [p for p in policies if p.snapshot_of not in names or not p.snapshot_of]
 
 
 @dataclass(frozen=True)
@@ -302,11 +320,15 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
         add("GPU_num=1 (a GPU of its own for every policy)", _with_gpus(policies, 1))
     full = [p for p in trained if not p.learner.lora]
     if full:
-        changed = [_lora(p) if p in full else p for p in policies]
+        changed = _without_pools_of([_lora(p) if p in full else p for p in policies], {p.name for p in full})
         names = ", ".join(p.name for p in full)
         add(f"specialization=L2 (LoRA rank 16 on {names}, one adapter per agent; or base_models.<policy>.lora."
             "rank=16 for one shared adapter)", changed)
-    for p in policies:
+    pooled = {p.snapshot_of for p in policies if p.snapshot_of}
+    configured = [p for p in policies if not p.snapshot_of]  # one per base_models.<p> key
+    for p in configured:
+        if p.name in pooled:  # its opponent pool's engine is one GPU's: tensor parallelism is refused there
+            continue
         if p.gpus >= 1 and p.gpus % (2 * p.tensor_parallel) == 0 and engine_short(p, gpu_bytes):
             tp = p.tensor_parallel * 2
             while p.gpus % (2 * tp) == 0 and engine_short(dataclasses.replace(p, tensor_parallel=tp), gpu_bytes):
@@ -314,23 +336,22 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
             add(f"base_models.{p.name}.tensor_parallel={tp} (vLLM's weights split over {tp} GPUs: room for its KV "
                 "cache)",
                 [dataclasses.replace(q, tensor_parallel=tp) if q is p else q for q in policies])
-    for p in policies:
+    for p in configured:
         if p.longest_sample and p.max_model_len > p.longest_sample and engine_short(p, gpu_bytes):
             add(f"++base_models.{p.name}.engine_options.max_model_len={p.longest_sample} (vLLM reserves room for one "
                 f"sequence of {p.max_model_len} tokens; this run's prompt + response is at most {p.longest_sample})",
-                [dataclasses.replace(q, max_model_len=q.longest_sample) if q is p else q for q in policies])
+                _with_twins(policies, p, max_model_len=p.longest_sample))
     for p in trained:
         if not p.learner.cpu_offload:
             enable = "" if p.learner.sharded else f"base_models.{p.name}.fsdp.enabled=true "
             changed = [_learner(q, cpu_offload=True, sharded=True) if q is p else q for q in policies]
             add(f"{enable}base_models.{p.name}.fsdp.cpu_offload=true (weights, gradients, AdamW state in host "
                 "memory; slower)", changed)
-    for p in policies:
+    for p in configured:
         utilization = _utilization(policies, p, gpu_bytes)
         if utilization is not None and utilization != p.utilization:
             add(f"++base_models.{p.name}.engine_options.gpu_memory_utilization={utilization:g} (vLLM's budget: "
-                "less KV cache)",
-                [dataclasses.replace(q, utilization=utilization) if q is p else q for q in policies])
+                "less KV cache)", _with_twins(policies, p, utilization=utilization))
     found.sort(key=lambda fix: (not fix.fits, fix.peak))
     if found and not any(fix.fits for fix in found):
         together = _all_together(policies, gpu_bytes)
@@ -370,6 +391,9 @@ def _with_gpus(policies: Sequence[PolicyInput], gpus: int) -> list[PolicyInput]:
             sharded = gpus > 1 or p.learner.sharded
             out.append(dataclasses.replace(p, gpus=float(gpus), utilization=share,
                                            learner=dataclasses.replace(p.learner, world_size=gpus, sharded=sharded)))
+        elif p.snapshot_of and p.gpus > 0:  # an opponent-pool worker: one rank, the GPUs of one of its policy's
+            share = p.utilization / min(1.0, p.gpus) if p.gpus < 1 else p.utilization
+            out.append(dataclasses.replace(p, gpus=1.0, utilization=share))
         else:
             out.append(p)
     return out
@@ -414,7 +438,7 @@ def _utilization(policies: Sequence[PolicyInput], policy: PolicyInput, gpu_bytes
                  ceiling: float = 0.95) -> float | None:
     """A gpu_memory_utilization (two decimals) for ``policy`` with which every GPU fits, or None."""
     def with_value(value: float) -> list[PolicyInput]:
-        return [dataclasses.replace(q, utilization=value) if q is policy else q for q in policies]
+        return _with_twins(policies, policy, utilization=value)
 
     candidates = [v / 100 for v in range(round(ceiling * 100), 0, -1)]
     for value in candidates:  # the largest that fits: the most KV cache
@@ -425,6 +449,7 @@ def _utilization(policies: Sequence[PolicyInput], policy: PolicyInput, gpu_bytes
 
 def _all_together(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[PolicyInput]:
     out = []
+    policies = _without_pools_of(policies, {p.name for p in policies if p.learner.trainable and not p.learner.lora})
     for p in policies:
         if p.learner.trainable:
             p = _tokens(p, 1)
@@ -664,6 +689,7 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         longest_sample=longest_sample, micro_batch_max_tokens=int(learner.micro_batch_max_tokens),
         batched_tokens=int(llm_options.get("max_num_batched_tokens") or 0),
         max_seqs=int(llm_options.get("max_num_seqs") or 0),
+        snapshot_of=str(getattr(spec, "snapshot_of", "") or ""),
     )
 
 

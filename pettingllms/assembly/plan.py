@@ -202,8 +202,9 @@ def worker_specs_of(cfg: Config, policies: dict[str, PolicyPlan], pooled_full: S
 
 
 def pool_worker_spec(live: WorkerSpec) -> WorkerSpec:
-    """The worker that plays a full-weight policy's past versions (``runtime/snapshots.py``): the same model and
-    engine settings, untrained, one rank with the GPUs of one of the policy's engines."""
+    """The worker that plays a full-weight policy's past versions (``runtime/snapshots.py``): the same model,
+    engine and CPU settings (``cpus_per_rank``, ``num_threads``), untrained, one rank with the GPUs of one of the
+    policy's engines."""
     where = f"base_models.{live.policy}"
     if live.layout.tensor_parallel > 1:
         raise ConfigError(f"self_play.pool_size with {where}.tensor_parallel={live.layout.tensor_parallel}: the past "
@@ -212,8 +213,7 @@ def pool_worker_spec(live: WorkerSpec) -> WorkerSpec:
                           "adapters, or set self_play.pool_size=0")
     name = snapshot_policy(live.policy)
     layout = resolve_layout(name, num_gpus=live.layout.gpus_per_rank, num_ranks=1, engine=live.engine)
-    return dataclasses.replace(live, policy=name, layout=layout, trainable=False, snapshot_of=live.policy, fsdp=None,
-                               requested_threads=0, requested_cpus=0.0)
+    return dataclasses.replace(live, policy=name, layout=layout, trainable=False, snapshot_of=live.policy, fsdp=None)
 
 
 def cpu_budget(cfg: Config) -> float:

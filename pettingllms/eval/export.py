@@ -45,7 +45,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path | None = None, mer
     run = read_run_config(run_dir)
     if not trust_run_code:
         refuse_run_code(code_settings(run), run_dir, "--trust-run-code")
-    specs = plan(run, check_memory=False).resolved().worker_specs  # exporting needs no GPU
+    # exporting needs no GPU; an opponent-pool worker (a full model's past versions) is no policy of the run's
+    specs = [spec for spec in plan(run, check_memory=False).resolved().worker_specs if not spec.snapshot_of]
     target = Path(out).expanduser() if out else step_dir / "hf"
     return [_export_policy(spec, ckpt.policy_dir(step_dir, spec.policy), target / spec.policy, merge_lora)
             for spec in specs]

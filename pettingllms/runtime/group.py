@@ -255,6 +255,12 @@ class PolicyGroup:
         self._rank0_results({policy: [actor.send_snapshot.remote(self.ranks[pool][0], k)
                                       for actor in self.ranks[policy]] for policy, pool in pools.items()})
 
+    def held_snapshots(self, pools: Sequence[str]) -> dict[str, list[int]]:
+        """Opponent-pool workers -> the slots each holds."""
+        if self.use_ray:
+            return self._rank0_results({pool: [self.ranks[pool][0].held_snapshots.remote()] for pool in pools})
+        return {pool: self.ranks[pool][0].held_snapshots() for pool in pools}
+
     def serve_snapshot(self, slots: Mapping[str, int]) -> None:
         """Opponent-pool workers (pool policy -> slot): each plays that slot's past version from now on."""
         if self.use_ray:

@@ -60,6 +60,13 @@ class SnapshotStore:
                                      f"{tuple(param.shape)}")
                 param.copy_(weights[name])
 
+    def frozen(self) -> "SnapshotStore":
+        """The slots as they are now, for a write in another thread: a later ``hold`` replaces a slot's dict in this
+        store and never changes one in place, so the copy's tensors stay those of this moment."""
+        copy = SnapshotStore()
+        copy.slots = dict(self.slots)
+        return copy
+
     def save(self, folder: Path) -> None:
         """One safetensors file per filled slot and an index of them (written last)."""
         from safetensors.torch import save_file

@@ -350,11 +350,20 @@ class PolicyWorker:
         engine_rng = self.engine.get_rng_state() if self.engine is not None else None
         self._saving = start_worker_save(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng,
                                          process_group=group)
-        self._save_snapshots(directory)  # host memory to disk, written now (a pool worker has no learner to stage)
+        if self.snapshots is not None and self.rank == 0:  # a pool worker (no learner): its past versions, in a thread
+            from pettingllms.runtime.checkpoints import WorkerSave
+
+            slots, folder = self.snapshots.frozen(), Path(directory) / SNAPSHOTS_DIR
+            self._saving = WorkerSave(lambda: slots.save(folder), f"checkpoint-{Path(directory).name}-snapshots")
 
     def _save_snapshots(self, directory: str) -> None:
         if self.snapshots is not None and self.rank == 0:
             self.snapshots.save(Path(directory) / SNAPSHOTS_DIR)
+
+    def held_snapshots(self) -> list[int] | None:
+        """An opponent-pool worker's filled slots (None for any other worker): a resume checks them against the
+        trainer's record of the pool."""
+        return sorted(self.snapshots.slots) if self.snapshots is not None else None
 
     def save_wait(self) -> None:
         saving, self._saving = self._saving, None

@@ -30,7 +30,7 @@ from pettingllms.assembly.run_dirs import new_run_dir
 from pettingllms.config.diff import changed_keys, describe_changes
 from pettingllms.config.load import to_dict, to_yaml
 from pettingllms.config.schema import Config
-from pettingllms.core import Sample, StoppedBySignal
+from pettingllms.core import DamagedCheckpointError, Sample, StoppedBySignal
 from pettingllms.core.env import has_outcome
 from pettingllms.core.part_clock import PartClock
 from pettingllms.data.problems import benchmark_sets, training_problems
@@ -341,9 +341,21 @@ class Trainer:
         self.cursor.load_state_dict(state["cursor"])
         if self.pool.enabled:
             self.pool.load_state_dict(state.get("opponent_pool") or {"slots": [None] * self.pool.size})
+            self._check_pool_weights(checkpoint)
         self.step_done = int(state["step"])
         truncate_summary(self.run_dir, self.step_done)
         log.info("resumed from %s at step %d", checkpoint, self.step_done)
+
+    def _check_pool_weights(self, checkpoint: Path) -> None:
+        """Every full-weight policy's pool worker holds the past versions the checkpoint's pool record names (a
+        missing slot would otherwise surface steps later, when a problem is seated against it)."""
+        filled = sorted(self.pool.filled())
+        for pool, held in self.policies.held_snapshots(list(self.pool.full_copies().values())).items():
+            if held != filled:
+                raise DamagedCheckpointError(
+                    f"{checkpoint}: the opponent pool's record has past versions in slots {filled}, but "
+                    f"{ckpt.POLICIES_DIR}/{pool}/snapshots holds {held or 'none'}; resume from an earlier checkpoint "
+                    "(training.resume=<its step directory>) or start afresh")
 
     def _choose_run_dir(self) -> tuple[Path, Path | None]:
         t = self.cfg.training

@@ -372,3 +372,23 @@ def test_a_vllm_budget_that_cannot_hold_its_start_profile_is_refused_with_the_fi
     assert run.memory.fits and run.memory.plans[0].policies[0].engine_profile == pytest.approx(
         2 * 2048 * (3 * 2048 + 3 * 6144) + 2 * 64 * 151936)
     assert "one forward of 2048 tokens and 64 rows of logits" in run.memory.describe()
+
+
+def test_a_full_model_pool_worker_is_planned_and_its_fixes_name_only_real_keys():
+    """self_play.pool_size on a full fine-tune adds the policy_0-pool worker (its own engine and module): the plan
+    counts it, and no fix names it as a config key; the LoRA fix drops it (past versions become adapters) and tensor
+    parallelism is not offered (the pool's engine is refused under it)."""
+    def fixes_of(*overrides):
+        with pytest.raises(ConfigError) as error:
+            run_plan("resources.gpu_memory_gb=8", *overrides)
+        text = str(error.value)
+        return text, {line.split(": peak ")[0].strip(): line for line in
+                      text.split("fixes, most effective first")[1].splitlines()[1:] if ": peak " in line}
+
+    text, fixes = fixes_of("self_play.pool_size=2")
+    assert "policy_0-pool: Qwen/Qwen3-1.7B" in text  # planned, on a GPU of its own
+    assert not [line for line in fixes.values() if "-pool" in line]
+    assert not [key for key in fixes if "tensor_parallel" in key]
+    _, plain = fixes_of()
+    lora = next(key for key in fixes if key.startswith("specialization=L2"))
+    assert fixes[lora] == plain[lora]  # with LoRA there is no pool worker: the same peak as without a pool

@@ -36,16 +36,18 @@ def test_fsdp_ranks_snapshot_their_shards_and_the_engine_serves_the_past_version
 @pytest.mark.timeout(1800)
 def test_fsdp_ranks_send_a_full_model_snapshot_to_the_pool_worker_which_plays_it(tmp_path, monkeypatch):
     """L1 without LoRA: both ranks all-gather the weights, rank 0's actor hands them to the ``policy_0-pool`` actor
-    through the object store, and that actor's engine plays the past version in step 2."""
+    through the object store; the run stops after step 1 and resumes, and the actor's engine plays the restored past
+    version in step 2."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
-    trainer, _ = run_training("train", [
-        "base_models.policy_0.path=tiny-random-smollm2", "base_models.policy_0.num_ranks=2", "specialization=L1",
-        "env.name=lenient_nim:LenientNim", "training.total_training_steps=2", "training.train_batch_size=4",
-        "rollout.branching=2", "training.max_response_length=3", "training.val_freq=0", "training.plot=false",
-        "training.export_hf=false", "optim.lr=1e-2", "resources.use_ray=true", "resources.num_cpus=2",
-        "self_play.pool_size=1", "self_play.snapshot_every=1", "self_play.live_prob=0",
-        f"training.log_dir={tmp_path}"])
+    run = ["base_models.policy_0.path=tiny-random-smollm2", "base_models.policy_0.num_ranks=2", "specialization=L1",
+           "env.name=lenient_nim:LenientNim", "training.total_training_steps=2", "training.train_batch_size=4",
+           "rollout.branching=2", "training.max_response_length=3", "training.val_freq=0", "training.plot=false",
+           "training.export_hf=false", "optim.lr=1e-2", "resources.use_ray=true", "resources.num_cpus=2",
+           "self_play.pool_size=1", "self_play.snapshot_every=1", "self_play.live_prob=0",
+           f"training.log_dir={tmp_path}", "training.resume=auto"]
+    run_training("train", [*run, "training.stop_after_steps=1"])  # step 1 fills the slot; the checkpoint holds it
+    trainer, _ = run_training("train", run)  # resumed: the pool actor's slots are loaded and checked, then played
     rows = {r["step"]: r for r in map(json.loads, (trainer.run_dir / "summary.log").read_text().splitlines())}
     assert rows[1]["self_play/vs_pool_share"] == 0.0 and rows[2]["self_play/vs_pool_share"] == 1.0
     latest = ckpt.latest_checkpoint(trainer.run_dir / "checkpoints")

@@ -309,10 +309,13 @@ def test_a_full_model_pool_serves_bit_identical_copies_taken_after_their_steps_u
         assert any(not torch.equal(taken[2][n], taken[3][n]) for n in taken[2]), "step 3 should have trained"
 
 
-def test_a_full_model_pool_run_plays_past_versions_and_resumes_exactly(tmp_path, nim_path):
+@pytest.mark.parametrize("background", [False, True], ids=["sync_checkpoints", "async_checkpoints"])
+def test_a_full_model_pool_run_plays_past_versions_and_resumes_exactly(tmp_path, nim_path, background):
+    from pettingllms.eval.export import export_checkpoint
     from pettingllms.runtime import checkpoints as ckpt
 
-    straight, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}/a"])
+    run = [*FULL, f"training.async_checkpoint={str(background).lower()}"]
+    straight, _ = run_training("train", [*run, f"training.log_dir={tmp_path}/a"])
     rows = rows_of(straight.run_dir)
     assert [rows[s]["self_play/pool_filled"] for s in (1, 2, 3)] == [1.0, 2.0, 2.0]
     assert rows[2]["self_play/vs_pool_share"] > 0 and "self_play/vs_pool/win_rate" in rows[2]
@@ -320,11 +323,24 @@ def test_a_full_model_pool_run_plays_past_versions_and_resumes_exactly(tmp_path,
     latest = ckpt.latest_checkpoint(straight.run_dir / "checkpoints")
     assert sorted(p.name for p in (latest / ckpt.POLICIES_DIR / "policy_0-pool" / "snapshots").iterdir()) == \
         ["slot0.safetensors", "slot1.safetensors", "slots.json"]
-    first, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}/b", "training.resume=auto",
+    # the export writes the run's policies; the pool worker's past versions are not one
+    assert [e.policy for e in export_checkpoint(latest, tmp_path / "hf", trust_run_code=True)] == ["policy_0"]
+    first, _ = run_training("train", [*run, f"training.log_dir={tmp_path}/b", "training.resume=auto",
                                       "training.stop_after_steps=2"])
-    resumed, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}/b", "training.resume=auto"])
+    resumed, _ = run_training("train", [*run, f"training.log_dir={tmp_path}/b", "training.resume=auto"])
     assert resumed.run_dir == first.run_dir
     assert rows_of(resumed.run_dir)[3] == rows[3] and rows[3]["self_play/vs_pool_share"] > 0
+
+
+def test_a_checkpoint_whose_pool_weights_are_missing_is_refused_at_resume_naming_them(tmp_path, nim_path):
+    from pettingllms.core import DamagedCheckpointError
+    from pettingllms.runtime import checkpoints as ckpt
+
+    first, _ = run_training("train", [*FULL, f"training.log_dir={tmp_path}", "training.stop_after_steps=2"])
+    latest = ckpt.latest_checkpoint(first.run_dir / "checkpoints")
+    (latest / ckpt.POLICIES_DIR / "policy_0-pool" / "snapshots" / "slots.json").unlink()
+    with pytest.raises(DamagedCheckpointError, match=r"slots \[0, 1\].*policy_0-pool/snapshots holds none"):
+        run_training("train", [*FULL, f"training.log_dir={tmp_path}", "training.resume=auto"])
 
 
 def test_the_pages_pool_commands_plan_with_their_opponents_lines():
