@@ -89,6 +89,7 @@ class PolicyInput:
     batched_tokens: int = 0  # vLLM's max_num_batched_tokens when llm_options sets it (0: vLLM's default)
     max_seqs: int = 0  # vLLM's max_num_seqs when llm_options sets it (0: vLLM's default)
     snapshot_of: str = ""  # an opponent-pool worker: the trained policy whose config (base_models.<p>) it shares
+    module_on_host: bool = False  # its module stays in host memory (a vLLM pool worker stages past versions there)
 
     @property
     def config_name(self) -> str:
@@ -146,7 +147,7 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     process = LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES
     engine = max(budget, weights)  # with the GPU size unknown, at least the weights
     if not policy.learner.trainable:
-        rollout = learner.resident + engine + process
+        rollout = (0.0 if policy.module_on_host else learner.resident) + engine + process
         return PolicyMemory(policy, learner, budget, weights, kv, profile, 0.0, rollout, rollout, rollout)
     kept = learner.kept  # the update's peak went back with the cache release, before the engine woke
     world = policy.learner.world_size
@@ -549,8 +550,12 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
     compute = {2: "bf16", 4: "fp32"}[setup.compute_bytes]
     shard = f"FSDP over {setup.world_size} ranks" if setup.sharded else "no FSDP"
     tokens = f", {setup.tokens} tokens per forward" if setup.trainable else ""
-    lines.append(f"    learner ({kind}, {compute} compute, {shard}{tokens}):")
-    lines += [_line(t.label, t.bytes, t.note, 6) for t in learner.terms]
+    if inp.module_on_host:  # an opponent-pool worker with vLLM: nothing of its module on the GPU
+        lines.append(_line("module", 0.0, f"in host memory: {inp.snapshot_of}'s past versions are staged there on "
+                                          "their way to vLLM", 4))
+    else:
+        lines.append(f"    learner ({kind}, {compute} compute, {shard}{tokens}):")
+        lines += [_line(t.label, t.bytes, t.note, 6) for t in learner.terms]
     if setup.trainable:
         moment = max(learner.moments, key=lambda m: m.bytes)
         lines.append(_line("update peak", learner.peak, f"weights + gradients + AdamW + the {moment.label} moment "
@@ -577,7 +582,8 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
                            4))
         lines.append(_line("phase: weight sync", p.sync, f"learner {kept} + vLLM weights + "
                                                          f"{p.sync_transient / GB:.2f} GB in flight + overheads", 4))
-    lines.append(_line("phase: rollout", p.rollout, f"learner {kept} + vLLM budget + overheads", 4))
+    held = "" if inp.module_on_host else f"learner {kept} + "
+    lines.append(_line("phase: rollout", p.rollout, f"{held}vLLM budget + overheads", 4))
     return lines
 
 
@@ -690,6 +696,7 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         batched_tokens=int(llm_options.get("max_num_batched_tokens") or 0),
         max_seqs=int(llm_options.get("max_num_seqs") or 0),
         snapshot_of=str(getattr(spec, "snapshot_of", "") or ""),
+        module_on_host=bool(getattr(spec, "snapshot_of", "")) and spec.engine == "vllm",
     )
 
 

@@ -166,8 +166,10 @@ class PolicyWorker:
                 # The learner's default reference is a deep copy; under FSDP it is sharded like the policy.
                 reference = shard_model(load_model(path, weights), spec.fsdp, device, compute)
             shard_model(model, spec.fsdp, device, compute)
-        else:
+        elif not (spec.snapshot_of and spec.engine == "vllm"):
             model = model.to(device)
+        # else: an opponent-pool worker whose engine keeps its own weights (vLLM) only stages past versions in its
+        # module on their way to the engine, so the module stays in host memory, off the GPU
         self._model = model
         if spec.trainable:
             self.learner = PolicyLearner(

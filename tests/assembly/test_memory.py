@@ -387,6 +387,8 @@ def test_a_full_model_pool_worker_is_planned_and_its_fixes_name_only_real_keys()
 
     text, fixes = fixes_of("self_play.pool_size=2")
     assert "policy_0-pool: Qwen/Qwen3-1.7B" in text  # planned, on a GPU of its own
+    pool_part = text.split("policy_0-pool: Qwen/Qwen3-1.7B")[1]
+    assert "in host memory: policy_0's past versions" in pool_part  # its module is off the GPU with vLLM
     assert not [line for line in fixes.values() if "-pool" in line]
     assert not [key for key in fixes if "tensor_parallel" in key]
     _, plain = fixes_of()
