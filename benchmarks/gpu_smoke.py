@@ -32,6 +32,10 @@ Parts (each adds a section to benchmarks/results/gpu_smoke.json):
 - ``L2``: ``bash scripts/train/math/math_L2_lora.sh`` the same way: one shared model with a LoRA adapter per agent,
   served by vLLM from its adapter slots (level-1 sleep keeps the base weights in host memory; each update sends
   only the adapters).
+- ``L1_pool`` (only when named in ``--parts``): the L1 part with an opponent pool of full-model past versions
+  (``self_play.pool_size=1``, a snapshot every step, every problem from step 2 on against it): the ``policy_0-pool``
+  worker's own vLLM engine shares the GPU with the policy (half each), and each step loads the past version into it
+  (docs/self_play.md); with the default model, the Qwen3-0.6B replica.
 - ``L3``: ``bash scripts/train/math/math_L3_model.sh`` the same way: two full models, the visible GPUs split
   between them (half a GPU each on a one-GPU machine), each policy with its own vLLM engine(s); with the default
   model, a Qwen3-0.6B replica (two 1.7B learners do not fit one GPU).
@@ -71,8 +75,9 @@ from _report import load_average, median, out_dir, write_result  # noqa: E402
 
 NAME = "gpu_smoke"
 TARGET = 0.9
-PARTS = ("learner", "generation", "L1", "L1_streaming", "L2", "L3")
-VLLM_PARTS = ("generation", "L1", "L1_streaming", "L2", "L3")
+PARTS = ("learner", "generation", "L1", "L1_streaming", "L2", "L3", "L1_pool")
+DEFAULT_PARTS = ("learner", "generation", "L1", "L1_streaming", "L2", "L3")  # L1_pool when asked for
+VLLM_PARTS = ("generation", "L1", "L1_streaming", "L2", "L3", "L1_pool")
 DEFAULT_MODEL = "replica:Qwen/Qwen3-1.7B"
 MEMORY_PHASES = ("after_update", "after_release", "after_weights", "after_wake")
 
@@ -187,6 +192,7 @@ LEVEL_SCRIPTS = {
     "L2": "scripts/train/math/math_L2_lora.sh",  # the same, with a LoRA adapter per agent served by vLLM
     "L3": "scripts/train/math/math_L3_model.sh",  # one model per agent, the GPUs split between them
     "L1_streaming": "scripts/train/math/math_L1_prompt.sh",  # L1 with the streaming rollout (vLLM's engine loop)
+    "L1_pool": "scripts/train/math/math_L1_prompt.sh",  # L1 with an opponent pool of full-model past versions
 }
 
 
@@ -196,13 +202,17 @@ LEVEL_SCRIPTS = {
 # place of the default Qwen3-1.7B replica (two 1.7B learners peak at 147 GB even with that head).
 PART_OVERRIDES = {"L1": ["optim.logprob_chunk_tokens=1024"], "L2": ["optim.logprob_chunk_tokens=1024"],
                   "L3": ["optim.logprob_chunk_tokens=1024"],
-                  "L1_streaming": ["optim.logprob_chunk_tokens=1024", "rollout.streaming=true"]}
+                  "L1_streaming": ["optim.logprob_chunk_tokens=1024", "rollout.streaming=true"],
+                  # the pool worker (its own vLLM engine, its module in host memory) shares the one GPU, half each
+                  "L1_pool": ["optim.logprob_chunk_tokens=1024", "self_play.pool_size=1", "self_play.snapshot_every=1",
+                              "self_play.live_prob=0", "base_models.policy_0.num_gpus=0.5"]}
 L3_DEFAULT_MODEL = "replica:Qwen/Qwen3-0.6B"
 
 
 def part_model(level: str, model: str) -> str:
-    """The model a part trains: the one asked for, except the default replica under L3 (two of them do not fit)."""
-    return L3_DEFAULT_MODEL if level == "L3" and model == DEFAULT_MODEL else model
+    """The model a part trains: the one asked for, except the default replica under L3 and L1_pool (two models on
+    one GPU: two 1.7B learners do not fit, nor a 1.7B learner beside its pool's engine on half of an 80 GB GPU)."""
+    return L3_DEFAULT_MODEL if level in ("L3", "L1_pool") and model == DEFAULT_MODEL else model
 
 
 def budget_overrides(args: argparse.Namespace, log_dir: Path) -> list[str]:
@@ -322,7 +332,7 @@ def generated_tokens_of(row: dict) -> float:
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(DEFAULT_PARTS))
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help="a local model folder or alias, or replica:<hub id> (a full-size random replica)")
     parser.add_argument("--replica-cache", default=str(Path(tempfile.gettempdir()) / "pettingllms-replicas"))
@@ -363,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ratio = report["generation"]["medians"]["ratio"] if "generation" in report else float("nan")
     notes = [f"{part}: median update {report[part]['medians']['update_s']:.2f} s, weight sync "
              f"{report[part]['medians']['sync_s']:.3f} s, peak GPU memory {report[part]['peak_gpu_memory_mib']:.0f} MiB"
-             for part in ("L1", "L2", "L3") if part in report]
+             for part in ("L1", "L1_streaming", "L2", "L3", "L1_pool") if part in report]
     if quick_data:
         quick_data.cleanup()
     path = write_result(NAME, argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick),

@@ -141,7 +141,7 @@ def test_the_kv_cache_vllm_allocates_is_set_against_the_plan_with_the_real_model
 
 
 @pytest.mark.parametrize("gpu_gb", [80, 141])
-@pytest.mark.parametrize("level", ["L1", "L1_streaming", "L2", "L3"])
+@pytest.mark.parametrize("level", ["L1", "L1_streaming", "L2", "L3", "L1_pool"])
 def test_every_part_is_admitted_by_the_memory_plan_on_an_h100_and_an_h200(level, gpu_gb, tmp_path):
     """The parts a lent GPU runs (the shipped scripts with gpu_smoke's budget, its full-size Qwen3-1.7B replica) fit
     the memory plan of an 80 GB and a 141 GB card, so device minutes are never spent on a refusal."""
