@@ -226,6 +226,12 @@ pre-registration 2 is not confirmed.
 Result of pre-registration 3 (docs/results.md; ``benchmarks/results/learning_claims_paired_game_cpu_plan_path.json``): on
 ``cpu_plan_path`` AT-GRPO 0.44 +- 0.26 on the primary metric, trajectory GRPO 0.36 +- 0.22; the mean paired
 difference +0.081, 95% interval [-0.081, +0.255] over 8 paired seeds (4 above, 4 below): not separated.
+
+Result of pre-registration 5 (docs/results.md; ``benchmarks/results/learning_claims_paired_outcome_cpu_tictactoe.json``,
+every run in ``learning_claims_paired_outcome_cpu_tictactoe_runs.jsonl``): 16 runs from 6b5cbe3, 2026-11-27/28. Final
+held-out win rate on 64 games: AT-GRPO 0.44 +- 0.20, trajectory GRPO 0.50 +- 0.03; AT-GRPO minus trajectory -0.066, 95%
+interval [-0.201, +0.033] over 8 paired seeds (2 above, 2 equal, 4 below): not separated. AT-GRPO's spread is its
+forfeits: 151 of its 512 held-out games against trajectory's 16 (seed 3 collapsed onto one square, 64 forfeits).
 """
 
 from __future__ import annotations
