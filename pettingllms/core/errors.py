@@ -60,6 +60,9 @@ class StoppedBySignal(PettingLLMsError, RuntimeError):
     """A run stopped by SIGTERM (a scheduler's preemption, ``kill``): raised in the main thread so that the run
     releases what it started and stays resumable; the command exits with ``exit_code`` (128 + the signal)."""
 
-    def __init__(self, message: str, signum: int) -> None:
+    def __init__(self, message: str, signum: int = 15) -> None:
+        # signum defaults to SIGTERM's: a library that catches the exception where the signal landed and re-raises
+        # one of the same type from its message alone (omegaconf does, inside its config code) must still give the
+        # run its exit code, not a TypeError
         super().__init__(message)
         self.exit_code = 128 + signum
