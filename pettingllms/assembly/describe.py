@@ -36,7 +36,7 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
     if run_plan.pool is not None and run_plan.pool.enabled:  # who plays whom, with which weights
         lines.append(f"opponents: {run_plan.pool.describe()}")
     for worker in run_plan.worker_specs:
-        policy = run_plan.policies[worker.snapshot_of or worker.policy]  # a pool worker plays its policy's agents
+        policy = run_plan.policies[worker.base_policy]  # a pool worker plays its policy's agents
         lines.append(f"policy:   {worker.describe()}; agents {', '.join(policy.agents)}")
     if memory and run_plan.memory is not None:  # policies on GPUs: the per-GPU memory plan (assembly/memory.py)
         lines.append(run_plan.memory.describe())

@@ -106,7 +106,7 @@ def _with_twins(policies: Sequence[PolicyInput], target: PolicyInput, **changes:
 def _without_pools_of(policies: Sequence[PolicyInput], names: set[str]) -> list[PolicyInput]:
     """``policies`` less the opponent-pool workers of ``names``: a policy given LoRA keeps its past versions as
     adapters instead (assembly/opponent_pool.py)."""
-    return [p for p in policies if p.snapshot_of not in names or not p.snapshot_of]
+    return [p for p in policies if p.snapshot_of not in names]
 
 
 @dataclass(frozen=True)
@@ -387,16 +387,16 @@ def _with_gpus(policies: Sequence[PolicyInput], gpus: int) -> list[PolicyInput]:
     """Whole-GPU (and shared-GPU) trained policies with ``gpus`` GPUs each: one FSDP rank per GPU."""
     out = []
     for p in policies:
-        if p.learner.trainable and p.gpus > 0:
-            share = p.utilization / min(1.0, p.gpus) if p.gpus < 1 else p.utilization
-            sharded = gpus > 1 or p.learner.sharded
-            out.append(dataclasses.replace(p, gpus=float(gpus), utilization=share,
-                                           learner=dataclasses.replace(p.learner, world_size=gpus, sharded=sharded)))
-        elif p.snapshot_of and p.gpus > 0:  # an opponent-pool worker: one rank, the GPUs of one of its policy's
-            share = p.utilization / min(1.0, p.gpus) if p.gpus < 1 else p.utilization
-            out.append(dataclasses.replace(p, gpus=1.0, utilization=share))
-        else:
+        if p.gpus <= 0 or not (p.learner.trainable or p.snapshot_of):
             out.append(p)
+            continue
+        share = p.utilization / p.gpus if p.gpus < 1 else p.utilization
+        if p.snapshot_of:  # an opponent-pool worker: one rank, the GPUs of one of its policy's engines
+            out.append(dataclasses.replace(p, gpus=1.0, utilization=share))
+            continue
+        sharded = gpus > 1 or p.learner.sharded
+        out.append(dataclasses.replace(p, gpus=float(gpus), utilization=share,
+                                       learner=dataclasses.replace(p.learner, world_size=gpus, sharded=sharded)))
     return out
 
 
@@ -695,8 +695,8 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         longest_sample=longest_sample, micro_batch_max_tokens=int(learner.micro_batch_max_tokens),
         batched_tokens=int(llm_options.get("max_num_batched_tokens") or 0),
         max_seqs=int(llm_options.get("max_num_seqs") or 0),
-        snapshot_of=str(getattr(spec, "snapshot_of", "") or ""),
-        module_on_host=bool(getattr(spec, "snapshot_of", "")) and spec.engine == "vllm",
+        snapshot_of=spec.snapshot_of,
+        module_on_host=spec.module_on_host,
     )
 
 

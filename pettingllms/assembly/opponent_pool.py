@@ -158,9 +158,7 @@ class OpponentPool:
             if not filled or rng.random() < self.live_prob:
                 out.append({})
                 continue
-            k = rng.choice(filled)
-            if per_step is not None:
-                k = per_step
+            k = per_step if per_step is not None else rng.choice(filled)
             learner = pooled[(step + slot) % len(pooled)]  # seats take turns across problems (and steps)
             out.append({agent: self.opponent(k, agent) for agent in pooled if agent != learner})
         return out
@@ -172,11 +170,11 @@ class OpponentPool:
         pooled = pooled_agents(self.agent_specs)
         full = full_policies(self.agent_specs)
         adapters = [a for a in pooled if self.agent_specs[a].adapter is not None]
-        what = " and ".join(part for part in (
-            f"{adapters}'s adapters" if adapters else "",
-            f"{', '.join(full)}'s full weights, kept in host memory and played by "
-            f"{', '.join(snapshot_policy(p) for p in full)}"
-            if full else "") if part)
+        parts = [f"{adapters}'s adapters"] if adapters else []
+        if full:
+            parts.append(f"{', '.join(full)}'s full weights, kept in host memory and played by "
+                         f"{', '.join(snapshot_policy(p) for p in full)}")
+        what = " and ".join(parts)
         drawn = "per step (a pool worker plays one past version at a time)" if full else "per problem"
         return (f"self-play with an opponent pool of {self.size} past versions (a snapshot of {what} every "
                 f"{self.snapshot_every} steps): each problem is plain self-play with probability {self.live_prob:g}, "

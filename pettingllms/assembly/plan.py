@@ -55,11 +55,8 @@ class RunPlan:
         directory) are taken as they are; any other policy's model is resolved here: an unknown model fails with
         ConfigError, the packaged model converts once."""
         directories = directories or {}
-        def directory(spec: WorkerSpec):  # an opponent-pool worker loads its policy's model
-            return directories.get(spec.snapshot_of or spec.policy)
-
-        specs = [dataclasses.replace(spec, model_dir=str(directory(spec))) if directory(spec) is not None
-                 else spec.resolved() for spec in self.worker_specs]
+        specs = [dataclasses.replace(spec, model_dir=str(directories[spec.base_policy]))
+                 if spec.base_policy in directories else spec.resolved() for spec in self.worker_specs]
         return dataclasses.replace(self, worker_specs=specs)
 
 

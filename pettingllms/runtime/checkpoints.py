@@ -245,6 +245,7 @@ FORMAT = 2
 SHARDS_DIR = "learner"
 META_FILE = "learner.json"
 RANK_FILE = "rank_{rank}.pt"
+SNAPSHOTS_DIR = "snapshots"  # an opponent-pool worker's past versions (runtime/snapshots.py), in its policy folder
 OLD_FORMAT_FILES = ("worker_state.pt", "fsdp_state.pt")  # format 1 (before November 2026), not readable any more
 
 

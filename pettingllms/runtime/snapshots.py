@@ -86,6 +86,3 @@ class SnapshotStore:
             return
         for k in json.loads(index.read_text())["slots"]:
             self.slots[int(k)] = load_file(str(folder / SLOT_FILE.format(k=k)))
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for weights in self.slots.values() for t in weights.values())

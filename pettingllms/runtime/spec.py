@@ -54,6 +54,18 @@ class WorkerSpec:
         return self.layout.engine
 
     @property
+    def base_policy(self) -> str:
+        """The policy whose ``base_models.<p>`` settings and model this worker has: its own, or for an opponent-pool
+        worker the policy whose past versions it plays."""
+        return self.snapshot_of or self.policy
+
+    @property
+    def module_on_host(self) -> bool:
+        """Its module stays in host memory: an opponent-pool worker whose engine keeps its own weights (vLLM) only
+        stages past versions there on their way to the engine."""
+        return bool(self.snapshot_of) and self.engine == "vllm"
+
+    @property
     def continuous_engine(self) -> bool:
         """Its engines batch concurrent calls themselves (vLLM's engine loop, for the streaming rollout)."""
         return self.engine == "vllm" and bool(self.engine_options.get("continuous", False))

@@ -34,7 +34,6 @@ from pettingllms.core.part_clock import PartClock
 from pettingllms.runtime.spec import WorkerSpec
 
 log = logging.getLogger("pettingllms.runtime")
-SNAPSHOTS_DIR = "snapshots"  # an opponent-pool worker's past versions, in its policy's checkpoint folder
 
 
 class PolicyWorker:
@@ -166,10 +165,8 @@ class PolicyWorker:
                 # The learner's default reference is a deep copy; under FSDP it is sharded like the policy.
                 reference = shard_model(load_model(path, weights), spec.fsdp, device, compute)
             shard_model(model, spec.fsdp, device, compute)
-        elif not (spec.snapshot_of and spec.engine == "vllm"):
+        elif not spec.module_on_host:
             model = model.to(device)
-        # else: an opponent-pool worker whose engine keeps its own weights (vLLM) only stages past versions in its
-        # module on their way to the engine, so the module stays in host memory, off the GPU
         self._model = model
         if spec.trainable:
             self.learner = PolicyLearner(
@@ -353,12 +350,14 @@ class PolicyWorker:
         self._saving = start_worker_save(Path(directory), self.learner, self.rank, self.layout.num_ranks, engine_rng,
                                          process_group=group)
         if self.snapshots is not None and self.rank == 0:  # a pool worker (no learner): its past versions, in a thread
-            from pettingllms.runtime.checkpoints import WorkerSave
+            from pettingllms.runtime.checkpoints import SNAPSHOTS_DIR, WorkerSave
 
             slots, folder = self.snapshots.frozen(), Path(directory) / SNAPSHOTS_DIR
             self._saving = WorkerSave(lambda: slots.save(folder), f"checkpoint-{Path(directory).name}-snapshots")
 
     def _save_snapshots(self, directory: str) -> None:
+        from pettingllms.runtime.checkpoints import SNAPSHOTS_DIR
+
         if self.snapshots is not None and self.rank == 0:
             self.snapshots.save(Path(directory) / SNAPSHOTS_DIR)
 
@@ -373,7 +372,7 @@ class PolicyWorker:
             saving.wait()
 
     def load(self, directory: str) -> None:
-        from pettingllms.runtime.checkpoints import load_worker_state
+        from pettingllms.runtime.checkpoints import SNAPSHOTS_DIR, load_worker_state
 
         engine_rng = load_worker_state(Path(directory), self.learner, self.rank, self.spec.policy)
         if self.engine is not None and engine_rng is not None:

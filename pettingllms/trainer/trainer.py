@@ -220,9 +220,9 @@ class Trainer:
         # 1. Rollout: tree-structured episodes for a batch of problems.
         batch = self.cursor.next_batch(self.cfg.training.train_batch_size)
         opponents = self.pool.seatings(step, len(batch)) if self.pool.enabled else None  # past versions' seats
-        slot = self.pool.step_slot(step) if self.pool.enabled else None
-        if slot is not None and any(opponents):  # full-weight policies' pool workers play the step's past version
-            self.policies.serve_snapshot({pool: slot for pool in self.pool.full_copies().values()})
+        served = self.pool.step_slot(step) if self.pool.enabled else None
+        if served is not None and any(opponents):  # full-weight policies' pool workers play the step's past version
+            self.policies.serve_snapshot({pool: served for pool in self.pool.full_copies().values()})
         rollout = self.executor.run([p for p, _ in batch], [s for _, s in batch], opponents=opponents)
         if (errors := episode_errors(rollout.episodes)) is not None:
             log.warning("step %d: %s", step, errors)
@@ -354,8 +354,8 @@ class Trainer:
             if held != filled:
                 raise DamagedCheckpointError(
                     f"{checkpoint}: the opponent pool's record has past versions in slots {filled}, but "
-                    f"{ckpt.POLICIES_DIR}/{pool}/snapshots holds {held or 'none'}; resume from an earlier checkpoint "
-                    "(training.resume=<its step directory>) or start afresh")
+                    f"{ckpt.POLICIES_DIR}/{pool}/{ckpt.SNAPSHOTS_DIR} holds {held or 'none'}; resume from an earlier "
+                    "checkpoint (training.resume=<its step directory>) or start afresh")
 
     def _choose_run_dir(self) -> tuple[Path, Path | None]:
         t = self.cfg.training
