@@ -25,7 +25,9 @@ one rank: the mixed-precision policy and the DTensor all-gather stream that ever
 (``math_L2_lora.sh``: one adapter per agent over the fp32 base), ``checkpointing`` (``single`` with
 ``optim.gradient_checkpointing=true``), ``chunked`` (``single`` with ``optim.logprob_chunk_tokens=1024``: the LM
 head's fp32 logits a chunk at a time, ``learner/logprob_head.py``) and ``chunked_sdpa`` (``chunked`` with
-``optim.attention=sdpa``: the dense-mask SDPA instead of the default FlexAttention on CUDA, ``learner/masks.py``).
+``optim.attention=sdpa``: the dense-mask SDPA instead of the default FlexAttention on CUDA, ``learner/masks.py``)
+and ``compiled`` (``chunked`` with ``optim.compile=true``: each decoder layer's forward compiled, ``models/compile.py``;
+its warm-up update, ``updates[0]``, compiles).
 Every case but ``chunked_sdpa`` runs FlexAttention on a GPU (``optim.attention=auto``).
 
 Measured per case: update and sync seconds (medians), trained tokens/s, the peak allocated during the update above
@@ -71,6 +73,9 @@ CASES = {
     # chunked with the dense-mask SDPA (the learner's attention before FlexAttention became the GPU default): the
     # paired baseline of ``chunked``
     "chunked_sdpa": ("math_L1_prompt.sh", ["optim.logprob_chunk_tokens=1024", "optim.attention=sdpa"]),
+    # chunked with each decoder layer's forward compiled (regional compilation, models/compile.py): the element-wise
+    # work between the matrix products fused; paired with ``chunked``
+    "compiled": ("math_L1_prompt.sh", ["optim.logprob_chunk_tokens=1024", "optim.compile=true"]),
 }
 # --quick: CPU, tiny replica, short lengths (the script's CPU override too: float32 without a GPU).
 QUICK_OVERRIDES = ["resources.gpus_per_policy=0", "base_models.policy_0.dtype=float32",
@@ -269,6 +274,9 @@ def run_case(name: str, args: argparse.Namespace) -> dict:
 
 KERNEL_KINDS = (  # (kind, substrings of a CUDA kernel's name), first match wins
     ("attention", ("flex", "fmha", "attention", "flash", "triton_tem_fused")),
+    # inductor's generated kernels (optim.compile): pointwise, reduction and persistent-reduction fusions, named
+    # after what they fuse (triton_red_fused_add_mean_mul_pow_rsqrt_0 is an RMSNorm): before "norm" and "copy"
+    ("compiled fusion", ("triton_poi_", "triton_red_", "triton_per_")),
     ("matmul", ("gemm", "cutlass", "nvjet", "sm90_xmma", "cublas", "splitk")),
     ("optimizer", ("multi_tensor", "adam", "fused_adam")),
     # dtype casts run as copy kernels (bfloat16_copy_kernel_cuda); not "cast": generic element-wise kernels are

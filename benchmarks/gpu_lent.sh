@@ -44,7 +44,7 @@ part 110 attention python3 benchmarks/gpu_probe.py --parts attention --out-dir "
 part 80 ipc python3 benchmarks/gpu_probe.py --parts ipc --out-dir "$out"
 tokenizer=()
 [ -n "$wheels" ] && [ -d "$wheels/smollm2-tokenizer" ] && tokenizer=(--tokenizer-dir "$wheels/smollm2-tokenizer")
-part 220 learner python3 benchmarks/gpu_learner.py --cases chunked chunked_sdpa lora --repeats 2 --profile "${tokenizer[@]}" \
+part 300 learner python3 benchmarks/gpu_learner.py --cases chunked compiled chunked_sdpa lora --repeats 2 --profile "${tokenizer[@]}" \
   --replica-cache /tmp/replicas --out-dir "$out"
 part 140 checkpoint python3 benchmarks/gpu_probe.py --parts checkpoint --scratch /tmp/probe-ckpt --out-dir "$out"
 # The streaming rollout against the barrier (vLLM's engine loop against its offline generate), a full-size random

@@ -324,6 +324,7 @@ def learner_config_of(cfg: Config, dtype: str) -> LearnerConfig:
                         horizon=kl.kl_horizon),
             dtype=dtype,
             gradient_checkpointing=o.gradient_checkpointing,
+            compile=o.compile,
             max_rollout_kl=a.rollout_check.max_kl,
             tis_cap=a.tis_cap,
             max_nonfinite_grad_steps=o.max_nonfinite_grad_steps,

@@ -286,6 +286,12 @@ class OptimConfig(Freezable):
                                          "FlexAttention with a block mask from the rows' segments, skipping the "
                                          "blocks the mask hides (CUDA only: it has no backward on CPU); the same "
                                          "values up to rounding. `auto`: flex on CUDA, sdpa elsewhere")
+    compile: bool = setting(False, "`torch.compile` each decoder layer's forward for the learner's passes "
+                                   "(regional compilation: the norms, rotary embeddings, activations, casts and "
+                                   "residual adds between the matrix products fused into few kernels; one graph "
+                                   "serves every layer, and a dynamic length serves every micro-batch). The first "
+                                   "update of each kind compiles (seconds to a minute); the same values up to "
+                                   "rounding. Not yet measured on a GPU, so off by default")
     gradient_checkpointing: bool = setting(False, "trade compute for activation memory")
     max_nonfinite_grad_steps: int = setting(3, "NaN/inf-gradient steps in a row that stop the run; 0 = never stop. "
                                                "A step whose gradient norm is NaN/inf moves no weight and is logged "

@@ -84,6 +84,7 @@ class LearnerConfig:
     # into bf16 weights (base_models.<p>.master_weights=bfloat16, docs/training.md "Precision").
     dtype: str
     gradient_checkpointing: bool  # optim.gradient_checkpointing
+    compile: bool  # optim.compile: each decoder layer's forward compiled for the learner's passes (models/compile.py)
     # Rollout-learner agreement: stop before the first optimiser step of an update when, for any stream, the mean
     # k3 KL between the engine's logprobs and the learner's (same tokens, raw logits) exceeds this. 0 disables.
     max_rollout_kl: float

@@ -7,7 +7,8 @@
   many forwards as the others (``learner/data_parallel.py``);
 - the model call: the adapter of the sample's stream (only its weights require grad when training), the attention
   masks with sliding windows (``learner/masks.py``), ``dtype=bfloat16`` autocast over whatever weights the model
-  holds, and the LM head only over the columns that predict a response token;
+  holds, the decoder layers compiled where ``optim.compile`` asks (``models/compile.py``), and the LM head only
+  over the columns that predict a response token;
 - the numbers: float32 logits divided by each sample's sampling temperature, log-probs of the response tokens,
   their entropy, and the raw (temperature 1) log-probs the engine reports;
 - the no-grad passes (old log-probs, the KL reference's log-probs), which cut their micro-batches exactly as the
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from contextlib import nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
@@ -49,6 +50,7 @@ from pettingllms.learner.masks import AttentionLayout
 from pettingllms.learner.rollout_check import RolloutAgreement
 from pettingllms.learner.streams import Streams
 from pettingllms.models.attention import use_grouped_attention
+from pettingllms.models.compile import CompiledLayers
 from pettingllms.models.lora import adapter_parameters, training_adapter, use_adapter
 
 log = logging.getLogger("pettingllms.learner")
@@ -84,6 +86,11 @@ class ForwardPass:
             use_grouped_attention(model)  # the attention function that takes a block mask (models/attention.py)
         if config.logprob_chunk_tokens:
             plain_lm_head(model)  # refused at construction, not at the first update
+        if config.compile and self.flex and self.device.type != "cuda":
+            raise ConfigError("optim.compile=true with optim.attention=flex needs CUDA: inductor's CPU FlexAttention "
+                              "template does not build (torch 2.13); use optim.attention=auto or sdpa here")
+        # Regional compilation (optim.compile): the layers' compiled forward, in place only during the passes below.
+        self.compiled_layers = CompiledLayers(model) if config.compile else None
         disabled = zero_dropout(model)
         if disabled:
             log.warning("dropout is not applied in RL updates (the engine samples without it, and old and new "
@@ -116,12 +123,18 @@ class ForwardPass:
 
     # ------------------------------------------------------------------ one model call
 
-    def adapter(self, stream: str | None, *, train: bool):
-        """Forward (and backward) through ``stream``'s adapter; only its weights require grad when ``train``."""
-        if not self.streams.uses_lora:
-            return nullcontext()
-        trainable = train and self.streams.trainable(stream)
-        return training_adapter(self.model, stream, self.adapter_params, trainable)
+    @contextmanager
+    def adapter(self, stream: str | None, *, train: bool) -> Iterator[None]:
+        """Forward (and backward) through ``stream``'s adapter; only its weights require grad when ``train``. The
+        compiled layers (``optim.compile``) stay in place for the whole block: gradient checkpointing's recompute
+        in the backward must run the forward that saved its tensors."""
+        with ExitStack() as stack:
+            if self.compiled_layers is not None:
+                stack.enter_context(self.compiled_layers.active())
+            if self.streams.uses_lora:
+                trainable = train and self.streams.trainable(stream)
+                stack.enter_context(training_adapter(self.model, stream, self.adapter_params, trainable))
+            yield
 
     def batch(self, samples: Sequence[Sample], advantages: Sequence[float] | None = None,
               units: Sequence[Sequence[int]] | None = None) -> PolicyBatch:
@@ -144,7 +157,8 @@ class ForwardPass:
             masks = self.attention.block_masks(batch.segment_ids, batch.position_ids)
         else:
             masks = self.attention.masks(batch.attention_mask, batch.position_ids)
-        with self._autocast():
+        compiled = self.compiled_layers is not None and model is self.model
+        with self._autocast(), self.compiled_layers.active() if compiled else nullcontext():
             output = model(
                 input_ids=batch.input_ids,
                 attention_mask=masks,

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pettingllms.models.layers import decoder_layers
+
 
 @dataclass(frozen=True)
 class FSDPOptions:
@@ -30,17 +32,6 @@ class FSDPOptions:
 
     cpu_offload: bool = False
     reshard_after_forward: bool = True
-
-
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks of a transformers model (or a peft model around one), in model order.
-
-    Found by the class names transformers lists in ``_no_split_modules`` (e.g. ``LlamaDecoderLayer``); these
-    are the natural FSDP units: one all-gather per block.
-    """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    names = set(getattr(base, "_no_split_modules", None) or ())
-    return [module for module in model.modules() if type(module).__name__ in names]
 
 
 def shard_model(

@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     ("Memcpy DtoD (Device -> Device)", "copy and cast"),
     ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT", "matmul"),
     ("triton_tem_fused_flex_attention_backward_1", "attention"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "compiled fusion"),
+    ("triton_poi_fused_mul_silu_1", "compiled fusion"),
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...FusedAdamMathFunctor...>", "optimizer"),
 ])
 def test_kernel_kinds(name, kind):

@@ -32,16 +32,22 @@ class Case:
     micro_batch_max_tokens: int
     gradient_checkpointing: bool = False
     logprob_chunk_tokens: int = 0
+    compile: bool = False
 
 
 # full: 3 mini-batches (4, 4, 2 samples) so old log-probs come from a separate pass, and a token budget small
 # enough that ranks get different numbers of micro-batches (padding passes). lora: two adapter streams, one
 # mini-batch each, with activation checkpointing. chunked: the full case through the chunked LM head (its weight,
-# tied to the embedding, is gathered by the root module's forward, where the head runs).
+# tied to the embedding, is gathered by the root module's forward, where the head runs). compiled: the full case
+# with each decoder layer's forward compiled (optim.compile) inside FSDP2's per-layer gather and free hooks;
+# compiled_lora: the lora case compiled, gradient checkpointing recomputing the compiled forward.
 CASES = (
     Case("full", lora=False, mini_batch_size=4, micro_batch_max_tokens=40),
     Case("lora", lora=True, mini_batch_size=0, micro_batch_max_tokens=4096, gradient_checkpointing=True),
     Case("chunked", lora=False, mini_batch_size=4, micro_batch_max_tokens=40, logprob_chunk_tokens=3),
+    Case("compiled", lora=False, mini_batch_size=4, micro_batch_max_tokens=40, compile=True),
+    Case("compiled_lora", lora=True, mini_batch_size=0, micro_batch_max_tokens=4096, gradient_checkpointing=True,
+         compile=True),
 )
 
 
@@ -128,6 +134,7 @@ def build_learner(case: Case, model: torch.nn.Module, data_parallel: DataParalle
         micro_batch_max_tokens=case.micro_batch_max_tokens,
         gradient_checkpointing=case.gradient_checkpointing,
         logprob_chunk_tokens=case.logprob_chunk_tokens,
+        compile=case.compile,
     )
     return PolicyLearner(model, config, adapter_names=ADAPTERS if case.lora else (), data_parallel=data_parallel)
 

@@ -1,0 +1,135 @@
+"""``optim.compile``: the decoder layers' forward compiled for the learner's passes (``models/compile.py``).
+
+The compiled learner gives the eager learner's log-probs and gradients: a full model, LoRA adapters switching
+under bf16 autocast, gradient checkpointing around the compiled layers, and the Qwen3-1.7B replica's architecture
+(grouped K/V, q/k norms) with the chunked head. One compiled graph serves every layer and every micro-batch length;
+outside the learner's passes the layers run their own forward, so the transformers engine that generates with the
+same module is never compiled. FlexAttention inside the compiled layers is a CUDA path (inductor's CPU template for
+it fails to build in torch 2.13, and FlexAttention cannot train on CPU anyway): refused here, measured by
+``benchmarks/gpu_learner.py``'s ``compiled`` case."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from pettingllms.core.errors import ConfigError
+from pettingllms.learner import PolicyLearner
+from pettingllms.models.layers import decoder_layers
+from settings_support import learner_config
+from test_flex_attention import _qwen3_replica
+from test_learner_packing import tree_samples
+
+ADVANTAGES = [1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0, 1.5, -0.7]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test compiles from nothing (graphs of another test's model would be reused and not counted)."""
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _update(model, compiled: bool, samples, **config):
+    learner = PolicyLearner(model, learner_config(total_steps=1, compile=compiled, **config),
+                            adapter_names=tuple(getattr(model, "peft_config", {})))
+    logprobs = learner.compute_logprobs(samples)
+    metrics = learner.accumulate_gradients(samples, ADVANTAGES[:len(samples)])
+    return logprobs, metrics, _grads(model)
+
+
+def test_log_probs_and_gradients_equal_the_eager_learners(make_model, make_sample):
+    samples = tree_samples(make_sample, seed=1)
+    eager = _update(make_model(0), False, samples, micro_batch_max_tokens=40)  # several micro-batches
+    model = make_model(0)
+    compiled = _update(model, True, samples, micro_batch_max_tokens=40)
+    assert counters["stats"]["unique_graphs"] >= 1  # the layers did run compiled
+    for got, expected in zip(compiled[0], eager[0]):
+        assert len(got) == len(expected) > 0
+        assert got == pytest.approx(expected, abs=1e-5)
+    assert compiled[1]["pg_loss"] == pytest.approx(eager[1]["pg_loss"], rel=1e-5)
+    assert eager[2].keys() == compiled[2].keys()
+    for name in eager[2]:
+        torch.testing.assert_close(compiled[2][name], eager[2][name], rtol=1e-4, atol=1e-7, msg=name)
+    for layer in decoder_layers(model):  # outside the passes every layer has its own forward again
+        assert "forward" not in vars(layer)
+
+
+def test_one_graph_serves_every_layer_and_every_length(make_model, make_sample):
+    """Two layers and micro-batches of several lengths and row counts, no-grad and training passes: the layer's
+    code is compiled once per grad mode and row-count kind (dynamo specialises a dimension of size 1), never once per
+    layer or per length."""
+    samples = tree_samples(make_sample, seed=1)
+    _update(make_model(0), True, samples, micro_batch_max_tokens=40)
+    assert len(decoder_layers(make_model(0))) == 2
+    assert 1 <= counters["stats"]["unique_graphs"] <= 2 * 2  # (no grad, training) x (one row, several rows)
+
+
+def test_lora_adapters_under_bf16_autocast(make_lora_model, make_sample):
+    samples = [dataclasses.replace(s, adapter="alice" if i % 2 else "bob", agent="alice" if i % 2 else "bob")
+               for i, s in enumerate(tree_samples(make_sample, seed=2))]
+    eager = _update(make_lora_model(0), False, samples, dtype="bfloat16")
+    compiled = _update(make_lora_model(0), True, samples, dtype="bfloat16")
+    assert counters["stats"]["unique_graphs"] >= 2  # one variant per adapter at least
+    moved = [name for name in eager[2] if eager[2][name].norm() > 0]
+    assert any("alice" in name for name in moved) and any("bob" in name for name in moved)
+    for name in moved:  # the same bf16 kernels in a different order: agreement to bf16's precision
+        error = (compiled[2][name] - eager[2][name]).norm() / eager[2][name].norm()
+        assert error < 1e-2, (name, float(error))
+
+
+def test_gradient_checkpointing_around_the_compiled_layers(make_model, make_sample):
+    samples = tree_samples(make_sample, seed=3)
+    eager = _update(make_model(0), False, samples)
+    compiled = _update(make_model(0), True, samples, gradient_checkpointing=True)
+    for name in eager[2]:
+        torch.testing.assert_close(compiled[2][name], eager[2][name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_the_qwen3_replica_with_the_chunked_head(make_sample):
+    model = _qwen3_replica()
+    samples = tree_samples(make_sample)
+    config = dict(total_steps=1, attention="sdpa", logprob_chunk_tokens=16)
+    eager = PolicyLearner(model, learner_config(**config, compile=False)).compute_logprobs(samples)
+    compiled = PolicyLearner(model, learner_config(**config, compile=True)).compute_logprobs(samples)
+    assert counters["stats"]["unique_graphs"] >= 1
+    for got, expected in zip(compiled, eager):
+        assert len(got) == len(expected) > 0
+        assert got == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_engine_generating_with_the_same_module_is_not_compiled(make_model, make_sample):
+    model = make_model(0)
+    learner = PolicyLearner(model, learner_config(total_steps=1, compile=True))
+    learner.compute_logprobs(tree_samples(make_sample))
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 1
+    with torch.no_grad():
+        model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_a_model_without_named_decoder_layers_is_refused():
+    class Bare(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 2)
+
+    from pettingllms.models.compile import CompiledLayers
+
+    with pytest.raises(ValueError, match="optim.compile=false"):
+        CompiledLayers(Bare())
+
+
+def test_flex_attention_compiled_on_cpu_is_refused_with_the_fix(make_model):
+    with pytest.raises(ConfigError, match="optim.compile=true with optim.attention=flex needs CUDA"):
+        PolicyLearner(make_model(0), learner_config(total_steps=1, compile=True, attention="flex"))
