@@ -167,6 +167,17 @@ def test_update_packing_quick(tmp_path):
 
 
 @pytest.mark.bench
+def test_learner_compile_quick(tmp_path):
+    report = load_benchmark("learner_compile").main(["--quick", "--out-dir", str(tmp_path)])
+    assert json.loads((tmp_path / "learner_compile.json").read_text()) == report
+    result = report["result"]
+    assert report["quick"] is True and report["workload"]["samples"] == report["workload"]["nodes"] * 4
+    assert all(len(result["seconds"][mode]) == 1 and result["seconds"][mode][0] > 0 for mode in ("eager", "compiled"))
+    assert result["compiled_to_eager"] == round(result["median_seconds"]["compiled"] / result["median_seconds"]["eager"], 3)
+    assert result["max_abs_logprob_difference"] < 1e-4  # the same weights: only the kernels differ
+
+
+@pytest.mark.bench
 def test_sandbox_overhead_quick(tmp_path):
     out = tmp_path / "sandbox_overhead.json"
     report = load_benchmark("sandbox_overhead").main(["--quick", "--out", str(out)])
