@@ -7,6 +7,9 @@ model has no such slot, so each trained full-weight policy gets one more worker,
 - ``SnapshotStore``: the slots' weights, in host memory (the engines' dtype), so a snapshot costs no GPU memory and
   the pool engine holds one model whatever the pool's size. They are saved with the run's checkpoint (one
   safetensors file per filled slot), so a resumed run plays against exactly the weights the original did.
+- A slot that has not changed since the last checkpoint is not written again: its file there is hard-linked into
+  the new checkpoint (the same bytes, no disk, no write time; deleting the old checkpoint leaves the link), and
+  written afresh where the filesystem cannot link.
 - The pool engine serves one slot at a time (``load_into``: the slot's tensors copied into the module, then the
   usual weight push to the engine), so a step's episodes against the pool all meet the same past version
   (``OpponentPool.step_slot``).
@@ -15,6 +18,7 @@ model has no such slot, so each trained full-weight policy gets one more worker,
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -29,6 +33,10 @@ class SnapshotStore:
 
     def __init__(self) -> None:
         self.slots: dict[int, dict[str, torch.Tensor]] = {}
+        # slot -> (the weights dict last written or read, its file): a slot still holding that very dict (``hold``
+        # replaces a slot's dict, never changes one in place) is unchanged, and its file can be linked. Shared with
+        # ``frozen`` copies, whose saves run in a thread (one at a time: a save is awaited before the next).
+        self._files: dict[int, tuple[dict[str, torch.Tensor], Path]] = {}
 
     @staticmethod
     def host_copy(weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -65,24 +73,53 @@ class SnapshotStore:
         store and never changes one in place, so the copy's tensors stay those of this moment."""
         copy = SnapshotStore()
         copy.slots = dict(self.slots)
+        copy._files = self._files
         return copy
 
-    def save(self, folder: Path) -> None:
-        """One safetensors file per filled slot and an index of them (written last)."""
+    def save(self, folder: Path) -> dict[str, list[int]]:
+        """One safetensors file per filled slot and an index of them (written last). Returns which slots were
+        ``written`` and which ``linked`` from the previous checkpoint's unchanged file."""
         from safetensors.torch import save_file
 
         folder.mkdir(parents=True, exist_ok=True)
+        done: dict[str, list[int]] = {"written": [], "linked": []}
         for k, weights in sorted(self.slots.items()):
-            save_file(weights, str(folder / SLOT_FILE.format(k=k)))
+            path = folder / SLOT_FILE.format(k=k)
+            if not self._link_unchanged(k, weights, path):
+                # A file there may be a link to an older checkpoint's: replace it, never write through it.
+                path.unlink(missing_ok=True)
+                save_file(weights, str(path))
+                done["written"].append(k)
+            else:
+                done["linked"].append(k)
+            self._files[k] = (weights, path)
         (folder / INDEX_FILE).write_text(json.dumps({"slots": sorted(self.slots)}))
+        return done
+
+    def _link_unchanged(self, k: int, weights: Mapping[str, torch.Tensor], path: Path) -> bool:
+        """Hard-link slot ``k``'s last file to ``path`` when the slot still holds the weights that file has."""
+        known = self._files.get(k)
+        if known is None or known[0] is not weights or not known[1].is_file():
+            return False
+        if known[1].resolve() == path.resolve():
+            return True  # saved into the same folder again: the file is already there
+        try:
+            path.unlink(missing_ok=True)
+            os.link(known[1], path)
+        except OSError:  # another filesystem, or one without hard links: write the file instead
+            return False
+        return True
 
     def load(self, folder: Path) -> None:
         """The slots saved in ``folder`` (none when the checkpoint was written before any snapshot)."""
         from safetensors.torch import load_file
 
         self.slots = {}
+        self._files.clear()
         index = folder / INDEX_FILE
         if not index.is_file():
             return
         for k in json.loads(index.read_text())["slots"]:
-            self.slots[int(k)] = load_file(str(folder / SLOT_FILE.format(k=k)))
+            path = folder / SLOT_FILE.format(k=k)
+            self.slots[int(k)] = load_file(str(path))
+            self._files[int(k)] = (self.slots[int(k)], path)

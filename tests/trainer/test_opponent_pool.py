@@ -139,6 +139,62 @@ def test_snapshot_store_copies_round_trips_and_refuses_a_model_it_does_not_match
     assert empty.slots == {}
 
 
+def test_an_unchanged_slot_is_linked_into_the_next_checkpoint_and_a_changed_one_written_afresh(tmp_path):
+    import torch
+
+    from pettingllms.runtime.snapshots import SLOT_FILE, SnapshotStore
+
+    def weights(value):
+        return {"w": torch.full((4,), float(value))}
+
+    def slot_file(folder, k):
+        return tmp_path / folder / SLOT_FILE.format(k=k)
+
+    store = SnapshotStore()
+    store.hold(0, weights(0))
+    store.hold(1, weights(1))
+    assert store.save(tmp_path / "a") == {"written": [0, 1], "linked": []}
+    store.hold(1, weights(11))  # slot 1 takes a newer version; slot 0 keeps its own
+    assert store.frozen().save(tmp_path / "b") == {"written": [1], "linked": [0]}  # as the async save does it
+    assert slot_file("b", 0).stat().st_ino == slot_file("a", 0).stat().st_ino
+    assert slot_file("b", 1).stat().st_ino != slot_file("a", 1).stat().st_ino
+    store.hold(0, weights(10))
+    assert store.save(tmp_path / "b") == {"written": [0], "linked": [1]}  # the same folder again
+    old, new = SnapshotStore(), SnapshotStore()
+    old.load(tmp_path / "a")
+    new.load(tmp_path / "b")
+    # writing slot 0 into b replaced b's link: a's file, which it shared, still holds the old version
+    assert torch.equal(old.slots[0]["w"], weights(0)["w"]) and torch.equal(old.slots[1]["w"], weights(1)["w"])
+    assert torch.equal(new.slots[0]["w"], weights(10)["w"]) and torch.equal(new.slots[1]["w"], weights(11)["w"])
+    assert new.save(tmp_path / "c") == {"written": [], "linked": [0, 1]}  # a resumed run links to what it loaded
+    for k in (0, 1):
+        slot_file("b", k).unlink()  # the older checkpoint deleted (max_ckpt_to_keep): the links keep the bytes
+    again = SnapshotStore()
+    again.load(tmp_path / "c")
+    assert torch.equal(again.slots[0]["w"], weights(10)["w"]) and torch.equal(again.slots[1]["w"], weights(11)["w"])
+
+
+def test_where_the_filesystem_cannot_link_an_unchanged_slot_is_written(tmp_path, monkeypatch):
+    import os
+
+    import torch
+
+    from pettingllms.runtime.snapshots import SnapshotStore
+
+    store = SnapshotStore()
+    store.hold(0, {"w": torch.ones(3)})
+    store.save(tmp_path / "a")
+
+    def no_links(source, target):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert store.save(tmp_path / "b") == {"written": [0], "linked": []}
+    again = SnapshotStore()
+    again.load(tmp_path / "b")
+    assert torch.equal(again.slots[0]["w"], torch.ones(3))
+
+
 def test_the_plan_adds_one_pool_worker_per_full_policy_and_refuses_tensor_parallel():
     import dataclasses
 
