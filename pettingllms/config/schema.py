@@ -289,9 +289,11 @@ class OptimConfig(Freezable):
     compile: bool = setting(False, "`torch.compile` each decoder layer's forward for the learner's passes "
                                    "(regional compilation: the norms, rotary embeddings, activations, casts and "
                                    "residual adds between the matrix products fused into few kernels; one graph "
-                                   "serves every layer, and a dynamic length serves every micro-batch). The first "
-                                   "update of each kind compiles (seconds to a minute); the same values up to "
-                                   "rounding. Not yet measured on a GPU, so off by default")
+                                   "serves every layer, and a dynamic length serves every micro-batch). Each kind of "
+                                   "pass compiles on first use (seconds each; about 6 kinds per LoRA adapter), and "
+                                   "a layer dynamo cannot compile whole fails its first pass instead of running "
+                                   "eager; the same values up to rounding. 0.75x the update time on CPU; not yet "
+                                   "measured on a GPU, so off by default")
     gradient_checkpointing: bool = setting(False, "trade compute for activation memory")
     max_nonfinite_grad_steps: int = setting(3, "NaN/inf-gradient steps in a row that stop the run; 0 = never stop. "
                                                "A step whose gradient norm is NaN/inf moves no weight and is logged "

@@ -90,7 +90,7 @@ class ForwardPass:
             raise ConfigError("optim.compile=true with optim.attention=flex needs CUDA: inductor's CPU FlexAttention "
                               "template does not build (torch 2.13); use optim.attention=auto or sdpa here")
         # Regional compilation (optim.compile): the layers' compiled forward, in place only during the passes below.
-        self.compiled_layers = CompiledLayers(model) if config.compile else None
+        self.compiled_layers = CompiledLayers(model, len(streams.adapter_names)) if config.compile else None
         disabled = zero_dropout(model)
         if disabled:
             log.warning("dropout is not applied in RL updates (the engine samples without it, and old and new "
@@ -98,6 +98,9 @@ class ForwardPass:
                                                                                           else ""))
         # The reference copy must be taken before gradient checkpointing or requires_grad changes touch the model.
         self.reference = self._make_reference(ref_model)
+        # A reference module runs compiled too: at step 0 its log-probs then equal the policy's exactly.
+        self.compiled_reference = (CompiledLayers(self.reference) if config.compile
+                                   and isinstance(self.reference, nn.Module) else None)
         # Every adapter's parameters, so a pass can switch all but one off (models/lora.py::training_adapter).
         self.adapter_params = {name: [p for _, p in adapter_parameters(model, name)]
                                for name in streams.adapter_names}
@@ -157,8 +160,8 @@ class ForwardPass:
             masks = self.attention.block_masks(batch.segment_ids, batch.position_ids)
         else:
             masks = self.attention.masks(batch.attention_mask, batch.position_ids)
-        compiled = self.compiled_layers is not None and model is self.model
-        with self._autocast(), self.compiled_layers.active() if compiled else nullcontext():
+        compiled = self.compiled_layers if model is self.model else self.compiled_reference
+        with self._autocast(), compiled.active() if compiled is not None else nullcontext():
             output = model(
                 input_ids=batch.input_ids,
                 attention_mask=masks,

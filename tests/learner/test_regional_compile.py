@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from pettingllms.core.errors import ConfigError
 from pettingllms.learner import PolicyLearner
 from pettingllms.models.layers import decoder_layers
-from settings_support import learner_config
+from settings_support import kl_penalty, learner_config
 from test_flex_attention import _qwen3_replica
 from test_learner_packing import tree_samples
 
@@ -62,6 +62,8 @@ def test_log_probs_and_gradients_equal_the_eager_learners(make_model, make_sampl
         torch.testing.assert_close(compiled[2][name], eager[2][name], rtol=1e-4, atol=1e-7, msg=name)
     for layer in decoder_layers(model):  # outside the passes every layer has its own forward again
         assert "forward" not in vars(layer)
+    # and dynamo has the settings it had: the raised limit and the failure at it hold inside the passes only
+    assert torch._dynamo.config.recompile_limit == 8 and torch._dynamo.config.fail_on_recompile_limit_hit is False
 
 
 def test_one_graph_serves_every_layer_and_every_length(make_model, make_sample):
@@ -133,3 +135,54 @@ def test_a_model_without_named_decoder_layers_is_refused():
 def test_flex_attention_compiled_on_cpu_is_refused_with_the_fix(make_model):
     with pytest.raises(ConfigError, match="optim.compile=true with optim.attention=flex needs CUDA"):
         PolicyLearner(make_model(0), learner_config(total_steps=1, compile=True, attention="flex"))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_kl_reference_runs_compiled_too_so_at_step_0_it_equals_the_policy_exactly(make_model, make_lora_model,
+                                                                                        make_sample, lora):
+    """A full model's reference is a deep copy (compiled like the policy); a LoRA policy's is the same model with its
+    adapters off (through the policy's compiled layers)."""
+    model = make_lora_model(0) if lora else make_model(0)
+    samples = tree_samples(make_sample, seed=4)
+    if lora:
+        samples = [dataclasses.replace(s, adapter="alice", agent="alice") for s in samples]
+    learner = PolicyLearner(model, learner_config(total_steps=1, compile=True, kl=kl_penalty(coef=0.1)),
+                            adapter_names=tuple(getattr(model, "peft_config", {})))
+    by_stream = {("alice" if lora else None): list(range(len(samples)))}
+    policy = learner.forward_pass.log_probs_no_grad(samples, by_stream)
+    reference = learner.forward_pass.log_probs_no_grad(samples, by_stream, reference=True)
+    assert (learner.forward_pass.compiled_reference is not None) is (not lora)
+    for i in policy:
+        assert torch.equal(policy[i], reference[i])
+
+
+def test_the_raised_limit_grows_with_the_adapters():
+    from pettingllms.models.compile import recompile_limit
+
+    # measured: 2 adapters needed 16 variants, 4 needed 28, 8 needed 52 (about 6 each and 4 more)
+    assert all(recompile_limit(n) >= 4 + 6 * n + 4 for n in (0, 2, 4, 8, 16, 32))
+
+
+def test_a_layer_whose_forward_a_hook_replaced_is_refused(make_model):
+    from pettingllms.models.compile import CompiledLayers
+
+    model = make_model(0)
+    layer = decoder_layers(model)[1]
+    layer.forward = lambda *args, **kwargs: type(layer).forward(layer, *args, **kwargs)
+    with pytest.raises(ValueError, match="decoder layer 1 .* forward replaced"):
+        CompiledLayers(model)
+
+
+def test_a_deep_copy_taken_inside_the_passes_runs_its_own_weights(make_model):
+    import copy
+
+    from pettingllms.models.compile import CompiledLayers
+
+    model = make_model(0)
+    compiled = CompiledLayers(model)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with compiled.active(), torch.no_grad():
+        twin = copy.deepcopy(model)
+        for p in twin.parameters():
+            p.zero_()
+        assert not torch.equal(twin(ids).logits, model(ids).logits)

@@ -143,6 +143,8 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
     """One FSDP rank: train every case one step, write rank 0's full weights and metrics, save a DCP checkpoint."""
     import torch.distributed as dist
 
+    from torch._dynamo.utils import counters
+
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
@@ -151,6 +153,8 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
         checkpoint_group = dist.new_group(backend="gloo")  # as a worker keeps one for its asynchronous saves
         for case in CASES:
             folder = Path(workdir) / case.name
+            torch._dynamo.reset()
+            counters.clear()
             model = shard_model(tiny_model(case.lora), FSDPOptions(), torch.device("cpu"))
             learner = build_learner(case, model, data_parallel)
             samples, advantages = make_samples(1, case.lora)
@@ -163,8 +167,8 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
             learner.update(*make_samples(2, case.lora))
             saving.result()
             if rank == 0:
-                torch.save({"metrics": metrics, "weights": weights, "meta": meta, "async_meta": async_meta},
-                           folder / "after_step_1.pt")
+                torch.save({"metrics": metrics, "weights": weights, "meta": meta, "async_meta": async_meta,
+                            "compiled_graphs": counters["stats"]["unique_graphs"]}, folder / "after_step_1.pt")
         # dtype=bfloat16: bf16 compute (MixedPrecisionPolicy) over fp32 sharded master weights; one step at lr 1e-6.
         mixed = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"), compute_dtype=torch.bfloat16)
         before = {name: tensor.clone() for name, tensor in full_weights(mixed)}
