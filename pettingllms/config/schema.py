@@ -292,8 +292,8 @@ class OptimConfig(Freezable):
                                    "serves every layer, and a dynamic length serves every micro-batch). Each kind of "
                                    "pass compiles on first use (seconds each; about 6 kinds per LoRA adapter), and "
                                    "a layer dynamo cannot compile whole fails its first pass instead of running "
-                                   "eager; the same values up to rounding. 0.75x the update time on CPU; not yet "
-                                   "measured on a GPU, so off by default")
+                                   "eager; the same values up to rounding. 0.68-0.75x the update time on CPU; not "
+                                   "yet measured on a GPU, so off by default")
     gradient_checkpointing: bool = setting(False, "trade compute for activation memory")
     max_nonfinite_grad_steps: int = setting(3, "NaN/inf-gradient steps in a row that stop the run; 0 = never stop. "
                                                "A step whose gradient norm is NaN/inf moves no weight and is logged "
