@@ -151,7 +151,7 @@ def rollout(engine, codec, plan, args, streaming: bool) -> dict:
         started = time.perf_counter()
         tokens = await batcher.run([episode(i) for i in range(len(plan))])
         seconds = time.perf_counter() - started
-        busy = batcher.busy_seconds()["policy_0"]
+        busy = batcher.busy_seconds()["policy_0"][0]  # one engine
         return {"seconds": round(seconds, 4), "tokens": sum(tokens), "engine_calls": batcher.stats.calls,
                 "engine_idle_share": round(1.0 - busy / seconds, 4)}
 

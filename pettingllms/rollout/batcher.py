@@ -63,6 +63,9 @@ class RequestBatcher:
         self.stats = BatcherStats()
         self.clock = clock if clock is not None else PartClock()  # the wall time of the engine calls: GENERATE
         self.busy = PartClock()  # per policy: the wall time during which it had a call in flight
+        # A policy over several engines (runtime/dispatch.py) times each engine itself: its totals at this start.
+        self._engines_at_start = {policy: list(client.engine_busy_seconds()) for policy, client in self.clients.items()
+                                  if hasattr(client, "engine_busy_seconds")}
         self._pending: list[tuple[str, GenerationRequest, asyncio.Future]] = []
         self._first_pending: dict[str, float] = {}  # streaming: policy -> when its oldest pending request came
         self._in_flight: dict[str, int] = defaultdict(int)  # streaming: policy -> calls in flight
@@ -153,9 +156,18 @@ class RequestBatcher:
             raise
         return [t.result() for t in tasks]
 
-    def busy_seconds(self) -> dict[str, float]:
-        """Per policy: the wall time during which it had a call in flight (its engine's busy time)."""
-        return {policy: self.busy.seconds(policy) for policy in self.clients}
+    def busy_seconds(self) -> dict[str, list[float]]:
+        """Per policy, per engine: the wall time during which that engine had a call in flight since this batcher
+        began. A client that does not time its engines counts as one engine, busy while the policy has a call in
+        flight (one call over several engines would otherwise count every engine busy while any is)."""
+        out = {}
+        for policy, client in self.clients.items():
+            start = self._engines_at_start.get(policy)
+            if start is None:
+                out[policy] = [self.busy.seconds(policy)]
+            else:
+                out[policy] = [now - then for now, then in zip(client.engine_busy_seconds(), start)]
+        return out
 
     # ---- streaming ----
     def _send_ready(self, all_waiting: bool) -> float | None:

@@ -269,16 +269,15 @@ class Executor:
         # streaming steps envs while the engines generate. env_s is the env time with no engine call in flight, so
         # generate_s + env_s never exceed the rollout's wall time (both modes) and the step's parts add up.
         rollout_s = time.perf_counter() - start
-        busy = batcher.busy_seconds()
+        busy = [seconds for engines in batcher.busy_seconds().values() for seconds in engines]
         timings = {
             "rollout_s": rollout_s,
             "generate_s": self._clock.seconds(GENERATE),
             "env_s": self._clock.alone_seconds(ENV),
             "generate_calls": float(batcher.stats.calls),
             "generated_sequences": float(batcher.stats.sequences),
-            # the share of the rollout during which an engine had nothing to do, averaged over the policies
-            "engine_idle_fraction": (1.0 - sum(busy.values()) / (len(busy) * rollout_s)) if busy and rollout_s > 0
-            else 0.0,
+            # the share of the rollout during which an engine had nothing to do, averaged over every policy's engines
+            "engine_idle_fraction": (1.0 - sum(busy) / (len(busy) * rollout_s)) if busy and rollout_s > 0 else 0.0,
         }
         return RolloutResult(
             samples=[s for o in outputs for s in o.samples],

@@ -19,6 +19,7 @@ import zlib
 from typing import Any, Callable, Sequence
 
 from pettingllms.core import GenerationRequest, GenerationResult
+from pettingllms.core.part_clock import PartClock
 
 STICKY_SLACK = 1.25  # a unit goes to its preferred engine while that engine's load stays under 1.25x the mean
 
@@ -65,12 +66,23 @@ class EngineSetClient:
         self.codec = codec
         self.continuous = continuous  # the engines batch concurrent calls themselves (see PolicyClient)
         self.requests_per_engine = [0] * num_engines  # counters, for metrics and tests
+        self._busy = PartClock()  # per engine: the wall time during which it had a call in flight, since start
+
+    def engine_busy_seconds(self) -> list[float]:
+        """Per engine, the wall time during which it had a call in flight, summed since this client was made (a
+        rollout reads its own share as the difference between its end and its start)."""
+        return [self._busy.seconds(str(engine)) for engine in range(self.num_engines)]
+
+    async def _timed_call(self, engine: int, requests: list[GenerationRequest]) -> Any:
+        with self._busy.part(str(engine)):
+            return await self._call(engine, requests)
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         requests = list(requests)
         parts = assign_requests(requests, self.num_engines)
         busy = [(engine, indices) for engine, indices in enumerate(parts) if indices]
-        outputs = await asyncio.gather(*(self._call(engine, [requests[i] for i in indices]) for engine, indices in busy))
+        outputs = await asyncio.gather(*(self._timed_call(engine, [requests[i] for i in indices])
+                                         for engine, indices in busy))
         results: list[GenerationResult | None] = [None] * len(requests)
         for (engine, indices), answers in zip(busy, outputs):
             if len(answers) != len(indices):

@@ -80,3 +80,27 @@ def test_the_client_calls_engines_concurrently_and_answers_in_request_order():
         engine = result.completions[0].token_ids[0]
         assert result.request_id in seen[engine]
     assert sum(client.requests_per_engine) == len(requests)
+
+
+def test_each_engine_is_timed_by_itself_and_the_batcher_reads_this_rollouts_share():
+    """Two engines, one of which answers 10x slower: the policy has a call in flight the whole time, but the fast
+    engine idles most of it, and the batcher reads each engine's own busy time (the rollout's idle fraction averages
+    them; it was 0 here when a policy counted as one engine, busy while any of its engines was)."""
+    from pettingllms.rollout.batcher import RequestBatcher
+
+    delays = {0: 0.2, 1: 0.02}
+
+    async def call(engine, batch):
+        await asyncio.sleep(delays[engine])
+        return [GenerationResult(r.request_id, tuple(Completion((1,), (0.0,), "x") for _ in range(r.n)))
+                for r in batch]
+
+    requests = [GenerationRequest(f"p{e}/t000/a0", (1, 2, 3), 1, SamplingParams(max_tokens=4), prefix_group=f"p{e}")
+                for e in range(8)]
+    client = EngineSetClient(2, call, codec=None)
+    asyncio.run(client.generate(requests))  # an earlier rollout's time, which the next batcher must not count
+    batcher = RequestBatcher({"policy_0": client})
+    asyncio.run(client.generate(requests))
+    slow, fast = batcher.busy_seconds()["policy_0"]
+    assert slow == pytest.approx(0.2, abs=0.05) and fast == pytest.approx(0.02, abs=0.015)
+    assert client.engine_busy_seconds()[0] == pytest.approx(0.4, abs=0.1)  # the client's own totals since start
