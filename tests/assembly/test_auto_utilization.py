@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from pettingllms.assembly.memory import AUTO_MARGIN, AUTO_MAX_UTILIZATION
+from pettingllms.assembly.memory_fixes import AUTO_MARGIN, AUTO_MAX_UTILIZATION
 from pettingllms.assembly.plan import plan
 from pettingllms.core import ConfigError
 from pettingllms.entry.train import load_config
@@ -30,7 +30,7 @@ def test_auto_gives_vllm_the_largest_budget_that_fits_and_the_engine_gets_it(mon
     assert auto.memory.fits
     # a budget AUTO_MARGIN larger than the chosen one is the largest that fits (or the ceiling): nothing is left over
     bigger = dataclasses.replace(planned, utilization=round(value + AUTO_MARGIN + 0.01, 2))
-    from pettingllms.assembly.memory import gpu_plans
+    from pettingllms.assembly.memory_phases import gpu_plans
 
     assert value + AUTO_MARGIN >= AUTO_MAX_UTILIZATION - 1e-9 or not all(
         p.fits for p in gpu_plans([bigger], auto.memory.gpu_bytes))

@@ -10,7 +10,7 @@ import inspect
 import pytest
 import torch
 
-from pettingllms.assembly import memory
+from pettingllms.assembly import memory_phases
 from pettingllms.core.errors import ConfigError
 from pettingllms.learner.footprint import LearnerSetup, STRANDED_CACHE_SHARE, layer_activation_bytes, learner_memory
 from pettingllms.core.choices import DTYPE_BYTES
@@ -320,7 +320,7 @@ def test_the_plan_holds_what_math_l1_used_on_an_h200():
     assert policy.rollout / 1e9 == pytest.approx(H200_L1_ROLLOUT_GB, rel=0.02)
     assert policy.rollout / 1e9 >= H200_L1_ROLLOUT_GB * 0.995
     assert policy.sync / 1e9 >= H200_L1_AFTER_SYNC_GB
-    process = memory.LEARNER_PROCESS_BYTES + memory.ENGINE_PROCESS_BYTES
+    process = memory_phases.LEARNER_PROCESS_BYTES + memory_phases.ENGINE_PROCESS_BYTES
     assert (policy.learner.kept + process) / 1e9 == pytest.approx(H200_L1_ASLEEP_GB, rel=0.05)
     assert "cache kept after release" in run.memory.describe()
 
