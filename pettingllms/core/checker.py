@@ -178,7 +178,29 @@ def check_observe_returns_chat_messages(ctx: CheckContext) -> str | None:
 
 
 def check_acting_agents(ctx: CheckContext) -> str | None:
-    return _check_acting(ctx.env, ctx.s0)
+    """On the initial state, then on every state of episodes played with garbage and random answers (as the run
+    asks it, once per turn until the episode ends)."""
+    env = ctx.env
+    failure = _check_acting(env, ctx.s0, "the initial state")
+    if failure or not decides_who_acts(env):
+        return failure
+    for i, text in enumerate(GARBAGE_RESPONSES[:6] + tuple(random_responses(4, ctx.seed))):
+        problem = ctx.problems[i % len(ctx.problems)]
+        state, ended = env.reset(problem, ctx.seed + i), False
+        for turn in range(env.max_turns):
+            where = f"turn {turn}'s state (problem {problem.problem_id!r}, every agent answering {_short(text)})"
+            failure = _check_acting(env, state, where)
+            if failure:
+                return failure
+            for role in tuple(env.acting_agents(state)):
+                step = env.step(state, role, ctx.agents[role].parse(text))
+                state = step.state
+                if step.terminated or step.truncated:
+                    ended = True
+                    break
+            if ended:
+                break
+    return None
 
 
 def check_step_is_pure_and_deterministic(ctx: CheckContext) -> str | None:
@@ -390,18 +412,22 @@ def _first_stage(env: Env, state: Any) -> tuple[str, ...]:
     return stages[0] if stages else tuple(env.graph.agents[:1])
 
 
-def _check_acting(env: Env, state: Any) -> str | None:
+def _check_acting(env: Env, state: Any, where: str) -> str | None:
+    """``acting_agents`` on a state of an episode that goes on: a tuple of the graph's agents, each once, the same
+    on a second call (an episode whose game is over ends with terminated=True, never with no one to act)."""
     if not decides_who_acts(env):
         return None
     named = env.acting_agents(state)
     if named is None or isinstance(named, str) or not named:
-        return (f"acting_agents(initial state) returned {named!r}: name the agents to act as a tuple, e.g. "
-                f"({env.graph.agents[0]!r},)")
+        return (f"acting_agents({where}) returned {named!r}: name the agents to act as a tuple, e.g. "
+                f"({env.graph.agents[0]!r},); end a finished game with terminated=True")
     unknown = [a for a in named if a not in env.graph.agents]
     if unknown:
-        return f"acting_agents names {unknown}, which are not in graph.agents {list(env.graph.agents)}"
+        return f"acting_agents({where}) names {unknown}, which are not in graph.agents {list(env.graph.agents)}"
+    if len(set(named)) != len(tuple(named)):
+        return f"acting_agents({where}) returned {list(named)}: name each acting agent once"
     if tuple(env.acting_agents(state)) != tuple(named):
-        return "acting_agents gave different agents for the same state"
+        return f"acting_agents gave different agents for the same state ({where})"
     return None
 
 
@@ -470,6 +496,10 @@ def _check_results(env: Env, agents: dict[str, Agent], problem: Problem, seed: i
         unknown = [a for a in outcome if a not in env.graph.agents]
         if unknown:
             return f"outcome names {unknown}, not agents of the env {list(env.graph.agents)} ({where})"
+        missing = [a for a in env.graph.agents if a not in outcome]
+        if missing:
+            return (f"outcome leaves out {missing}: it names every agent's result (a seat left out would be trained "
+                    f"as if it drew); return None where the env has no result ({where})")
         bad = {a: v for a, v in outcome.items() if not _finite_number(v)}
         return f"outcome values must be finite numbers, got {bad} ({where})" if bad else None
     if not played.terminated:  # as the run: a result is looked for only where the game ended

@@ -14,6 +14,9 @@ from typing import Sequence
 @dataclass(frozen=True)
 class AgentGraph:
     stage_list: tuple[tuple[str, ...], ...]
+    # Agents of the env that do not act in this run (``restricted_to``: ``env.agents`` left them out). The env may
+    # still name them (an ``outcome`` of every seat); the run reads nothing of theirs.
+    left_out: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.stage_list or any(not stage for stage in self.stage_list):
@@ -49,4 +52,5 @@ class AgentGraph:
         if unknown:
             raise ValueError(f"agents {sorted(unknown)} are not in this graph {list(self.agents)}")
         stages = tuple(tuple(a for a in stage if a in keep) for stage in self.stage_list)
-        return AgentGraph(tuple(s for s in stages if s))
+        dropped = tuple(a for a in self.agents if a not in keep)
+        return AgentGraph(tuple(s for s in stages if s), left_out=self.left_out + dropped)

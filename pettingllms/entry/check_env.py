@@ -21,6 +21,7 @@ def conformance_report(env, seed: int = 0, name: str | None = None):
 
 
 def check_env_command(argv: Sequence[str]) -> int:
+    from pettingllms.assembly.construct import check_options
     from pettingllms.core.errors import PettingLLMsError
     from pettingllms.core.registry import ENVS, find_env_class, import_modules
 
@@ -58,6 +59,8 @@ def check_env_command(argv: Sequence[str]) -> int:
         try:
             env_cls = find_env_class(name, modules, named="{!r}", import_with="--imports {}")
             turns = {"max_turns": args.max_turns} if args.max_turns else {}
+            # The options as a run checks them: a misspelled one is refused here too, not silently passed on.
+            check_options(env_cls, options, "env.options", reserved={"max_turns": "pass --max-turns instead"})
             env = env_cls(**turns, **options)
             report = conformance_report(env, seed=args.seed, name=name)
             print(report.format())

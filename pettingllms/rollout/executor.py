@@ -443,11 +443,19 @@ class Executor:
             return None
         if not isinstance(raw, Mapping):
             raise EnvError(f"{where} returned {type(raw).__name__}; return {{agent: result}} or None")
-        unknown = sorted(set(map(str, raw)) - set(self.env.graph.agents))
+        graph = self.env.graph
+        unknown = sorted(set(map(str, raw)) - set(graph.agents) - set(graph.left_out))
         if unknown:
-            raise EnvError(f"{where} names {unknown}, not agents of the env ({list(self.env.graph.agents)})")
+            raise EnvError(f"{where} names {unknown}, not agents of the env ({list(graph.agents + graph.left_out)})")
+        # Every acting agent's result, or its moves would silently be valued 0 (a seat that lost scored as a draw).
+        missing = [agent for agent in graph.agents if agent not in set(map(str, raw))]
+        if missing:
+            raise EnvError(f"{where} leaves out {missing}: an outcome names every acting agent's result "
+                           f"({list(graph.agents)}); return None where the env has no result")
         out = {}
         for agent, value in raw.items():
+            if str(agent) in graph.left_out:  # env.agents left it out: it does not act here, nothing reads its result
+                continue
             value = _number(value, f"outcome[{agent!r}]", where)
             if not usable_reward(value):
                 if self.config.non_finite == "error":

@@ -213,3 +213,37 @@ def test_the_check_list_names_every_check_once():
     assert len(set(names)) == len(names) and len(set(functions)) == len(functions)
     defined = {value for key, value in vars(checker).items() if key.startswith("check_") and key != "check_env"}
     assert defined == set(functions)  # a check written and never listed would never run
+
+
+def _nim(**methods):
+    """lenient_nim's two-seat game (every answer a legal move) with ``methods`` replaced."""
+    from lenient_nim import LenientNim
+
+    return type("BrokenNim", (LenientNim,), methods)()
+
+
+def test_an_outcome_that_leaves_out_a_seat_fails_naming_it():
+    broken = _nim(outcome=lambda self, state: {"player_0": 0.0 if state.winner is None else float(state.winner == 0)})
+    report = check_env(broken)
+    failure = next(r for r in report.results if not r.ok)
+    assert failure.name == "every agent's result arrives"
+    assert "leaves out ['player_1']" in failure.detail
+
+
+@pytest.mark.parametrize("acting, detail", [
+    (lambda self, s: () if s.winner is None and s.stones % 2 == 0 and s.to_move == 1 else
+     ((f"player_{s.to_move}",) if s.winner is None else ()), "returned ()"),
+    (lambda self, s: (("player_2",) if s.to_move == 1 else ("player_0",)) if s.winner is None else (),
+     "names ['player_2']"),
+])
+def test_acting_agents_are_checked_on_the_states_an_episode_reaches_not_only_the_first(acting, detail):
+    """Both are fine on the initial state (player_0 to move) and wrong once player_1 is."""
+    report = check_env(_nim(acting_agents=acting))
+    failure = next(r for r in report.results if not r.ok)
+    assert failure.name == "acting agents are the env's"
+    assert detail in failure.detail and "turn 1's state" in failure.detail
+
+
+def test_check_env_refuses_an_option_the_env_does_not_know(capsys):
+    assert main(["check-env", "openspiel", "--option", "gaem=tic_tac_toe"]) == 1
+    assert "OpenSpielEnv has no option 'gaem'. Did you mean 'game'?" in capsys.readouterr().out

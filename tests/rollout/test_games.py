@@ -146,6 +146,44 @@ def test_an_env_that_would_lose_the_losers_result_is_refused_naming_the_agent(ma
         executor.run([Problem("trap")], [0])
 
 
+@pytest.mark.parametrize("mode", ["tree", "trajectory", "independent"])
+def test_an_outcome_that_leaves_out_a_seat_is_refused_naming_it(make_executor, mode):
+    """Read as 0, the missing seat's lost games would train it as draws."""
+    class OneSided(TrapGame):
+        def outcome(self, state):
+            return {"first": PAYOFF[state.moves] if len(state.moves) == 2 else 0.0}
+
+    executor, _ = make_executor(OneSided(), tricky_second, branching=2, mode=mode, playouts=1)
+    with pytest.raises(EnvError, match=r"OneSided.outcome .* leaves out \['second'\]: an outcome names every acting"):
+        executor.run([Problem("trap")], [0])
+
+
+class EitherSeatAlone(TrapGame):
+    """A graph-ordered game (no acting_agents) whose outcome names both seats; with env.agents=[first] the run
+    plays only ``first``, which moves twice."""
+
+    def step(self, state, agent, action):
+        moves = state.moves + (str(action),)
+        return Transition(TrapState(moves), terminated=len(moves) == 2)
+
+    def outcome(self, state):
+        won = 1.0 if state.moves[:1] == ("A",) else -1.0
+        return {"first": won, "second": -won}
+
+
+EitherSeatAlone.acting_agents = Env.acting_agents
+
+
+def test_the_outcome_of_a_seat_env_agents_left_out_is_read_and_dropped(make_executor):
+    env = EitherSeatAlone()
+    env.graph = env.graph.restricted_to(["first"])  # as the plan applies env.agents=[first]
+    assert env.graph.agents == ("first",) and env.graph.left_out == ("second",)
+    executor, _ = make_executor(env, lambda prompt, k, request: "A", branching=1, mode="trajectory")
+    result = executor.run([Problem("trap")], [0], n=1)
+    assert result.episodes[0].outcomes == {"first": 1.0}
+    assert {s.agent for s in result.samples} == {"first"} and all(s.reward == 1.0 for s in result.samples)
+
+
 def test_the_env_decides_who_acts_and_idle_seats_generate_nothing(make_executor):
     """An invalid move makes the same seat move again; only the seat to move is asked; a turn is a decision."""
     answers = iter(["Z", "Q", "B", "x"])  # first errs twice, then B; second answers x
