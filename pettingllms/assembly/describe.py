@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pettingllms.assembly.plan import RunPlan
+from pettingllms.core.env import decides_who_acts
 from pettingllms.core.program import AgentProgram
 from pettingllms.core.registry import ENVS
 
@@ -18,7 +19,9 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
               ['shared']; model smollm2-135m-instruct; agents solver, checker
     """
     env = run_plan.env
-    stages = " -> ".join("[" + ", ".join(stage) + "]" for stage in env.graph.stages(0))
+    stages = (f"who acts: the env's acting_agents(state), one stage a turn (of {', '.join(env.graph.agents)})"
+              if decides_who_acts(env) else
+              "stages per turn: " + " -> ".join("[" + ", ".join(stage) + "]" for stage in env.graph.stages(0)))
     name = ENVS.name_of(type(env)) or type(env).__name__  # as env.name would name it
     ex = run_plan.executor_config
     if isinstance(env, AgentProgram):  # its own order of calls: no turns, stages or selection
@@ -29,7 +32,7 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
     else:
         lines = [
             f"env:      {name} ({type(env).__module__}.{type(env).__qualname__}), max_turns {env.max_turns}, "
-            f"stages per turn: {stages}",
+            f"{stages}",
             f"rollout:  {ex.mode}, K={ex.branching}, select {ex.select}, reward = {ex.alpha:g} x team + local",
         ]
     lines += describe_agents(run_plan)

@@ -169,8 +169,9 @@ class OpponentPool:
             return "self-play: every agent live (self_play.pool_size=0)"
         pooled = pooled_agents(self.agent_specs)
         full = full_policies(self.agent_specs)
-        adapters = [a for a in pooled if self.agent_specs[a].adapter is not None]
-        parts = [f"{adapters}'s adapters"] if adapters else []
+        # The adapters, each once (L1 with one shared adapter: one), as the slots copy them (slot_adapters).
+        adapters = sorted({self.agent_specs[a].adapter for a in pooled if self.agent_specs[a].adapter is not None})
+        parts = [f"the adapter(s) {', '.join(adapters)}"] if adapters else []
         if full:
             parts.append(f"{', '.join(full)}'s full weights, kept in host memory and played by "
                          f"{', '.join(snapshot_policy(p) for p in full)}")

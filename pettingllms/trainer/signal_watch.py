@@ -39,6 +39,9 @@ class SignalWatch:
         if self.env_has_outcome and self.mode == "tree" and self.playouts == 0:
             return ("The env's outcome arrives only at the end of an episode and rollout.playouts=0 keeps it from "
                     "tree candidates: set rollout.playouts >= 1 (docs/self_play.md)")
-        return ("Usual causes: a reward that arrives only at the end of an episode (a game: give the env an outcome, "
-                "docs/self_play.md), a task the model always or never solves, too few candidates (rollout.branching), "
-                "or sampling too cold to differ (agents.<role>.train_sampling.temperature)")
+        ending = ("a game the model always wins, loses or draws (more rollout.playouts per candidate, or a stronger "
+                  "or weaker opponent)" if self.env_has_outcome else
+                  "a reward that arrives only at the end of an episode (a game: give the env an outcome, "
+                  "docs/self_play.md)")
+        return (f"Usual causes: {ending}, a task the model always or never solves, too few candidates "
+                "(rollout.branching), or sampling too cold to differ (agents.<role>.train_sampling.temperature)")

@@ -274,3 +274,9 @@ def test_one_training_step_runs_the_parallel_stage_before_the_dependent_one(tmp_
     assert set(prompts) == {"bidder_a", "bidder_b", "auctioneer"}
     assert "Acted so far: nobody." in prompts["bidder_a"] and "Acted so far: nobody." in prompts["bidder_b"]
     assert "Acted so far: bidder_a, bidder_b." in prompts["auctioneer"]  # after both bidders, in agent order
+
+
+def test_the_plan_of_an_env_that_names_its_acting_agents_says_so_instead_of_graph_stages():
+    summary = "\n".join(check_run(load_config("train", ["env.name=lenient_nim:LenientNim"])))
+    assert "who acts: the env's acting_agents(state), one stage a turn (of player_0, player_1)" in summary
+    assert "stages per turn" not in summary

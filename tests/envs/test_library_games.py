@@ -14,7 +14,7 @@ pyspiel = pytest.importorskip("pyspiel", reason="the games extra: pip install -e
 textarena = pytest.importorskip("textarena", reason="the games extra: pip install -e '.[games]'")
 
 from pettingllms.cli import main  # noqa: E402
-from pettingllms.core import Problem  # noqa: E402
+from pettingllms.core import ConfigError, Problem  # noqa: E402
 from pettingllms.core.checker import check_env  # noqa: E402
 from pettingllms.envs.openspiel_game.env import OpenSpielEnv, match_move  # noqa: E402
 from pettingllms.envs.textarena_game import env as arena_module  # noqa: E402
@@ -83,6 +83,9 @@ def test_match_move_reads_the_whole_answer_or_the_last_legal_move_written():
     assert match_move("I would Pass, no wait: Bet", legal) == "Bet"
     assert match_move("fold", legal) is None
     assert match_move("x(1,1)x(1,2)", ("x(1,1)", "x(1,2)")) == "x(1,2)"
+    # a move inside a word is not written (a 3-player Kuhn Poker run took 'Beta' for Bet)
+    assert match_move("Beta\n\n211", legal) is None and match_move("Alphabet", legal) is None
+    assert match_move("Bet, not Beta", legal) == "Bet" and match_move("I Pass.", legal) == "Pass"
 
 
 def test_textarena_replays_are_exact_and_the_library_decides_who_acts():
@@ -186,3 +189,10 @@ def test_eval_of_a_textarena_run_against_its_random_opponent_reports_win_rates_w
     assert player["games"] == 8
     low, high = player["loss_ci95"]
     assert 0.0 <= low <= player["loss_rate"] <= high <= 1.0
+
+
+@pytest.mark.parametrize("game, players", [("ThreePlayerTicTacToe-v0", "three"), ("Sudoku-v0", "1")])
+def test_a_textarena_game_that_is_not_for_two_players_is_refused_when_the_env_is_built(game, players):
+    with pytest.raises(ConfigError, match=rf"plays two-player games, and TextArena's {game} does not start with 2 "
+                                          rf"players .*{players}"):
+        TextArenaEnv(game=game)

@@ -243,6 +243,11 @@ def test_the_signal_watch_names_playouts_when_a_games_groups_stay_flat():
     other.check(1, flat, ["policy_0"])
     other.check(2, {**flat, "policy_0/grpo/groups_zero_std": 2.0}, ["policy_0"])  # a step with signal resets it
     assert other.check(3, flat, ["policy_0"]) == [] and other.check(4, flat, ["policy_0"]) == []
+    # a game that already has an outcome and playouts is not told to add an outcome
+    played = SignalWatch(env_has_outcome=True, playouts=1, mode="tree")
+    (warning,) = [w for step in (1, 2, 3) for w in played.check(step, flat, ["policy_0"])]
+    assert "give the env an outcome" not in warning and "always wins, loses or draws" in warning
+    assert "give the env an outcome" in SignalWatch()._cause()
 
 
 def test_a_finite_reward_so_large_that_the_groups_variance_overflows_is_refused_like_a_nan(make_executor):

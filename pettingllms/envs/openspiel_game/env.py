@@ -10,7 +10,8 @@
 - **Who acts**: the library's ``current_player()`` (``Env.acting_agents``); seats are ``player_<i>``.
 - **Prompt**: the library's observation string for the seat to move (its information state where the game has no
   observation string), the legal moves as ``action_to_string`` writes them, and why the last attempt was refused.
-- **Moves**: a response naming exactly one legal move, or ending with one (the last legal move's text it contains);
+- **Moves**: a response naming exactly one legal move, or ending with one (the last legal move written in it as a
+  word of its own: ``Beta`` names no ``Bet``);
   anything else is invalid: the seat moves again, and its ``max_invalid``-th invalid move in a row forfeits. Every
   step reports ``invalid`` and ``forfeit`` (0 or 1) in its info: ``<policy>/<agent>/info/invalid_mean`` and
   ``forfeit_mean`` each step.
@@ -285,9 +286,21 @@ def match_move(text: str, legal: Sequence[str]) -> str | None:
     lowered = text.lower()
     best, best_end = None, -1
     for move in legal:
-        at = lowered.rfind(move.lower())
+        at = _last_standalone(lowered, move.lower())
         if at >= 0:
             end = at + len(move)
             if end > best_end or (end == best_end and best is not None and len(move) > len(best)):
                 best, best_end = move, end
     return best
+
+
+def _last_standalone(text: str, move: str) -> int:
+    """Where ``move`` last occurs in ``text`` not inside a word (``Bet`` is not in ``Beta`` or ``Alphabet``; a move
+    that begins or ends with a bracket or a parenthesis may touch anything there), or -1."""
+    at = text.rfind(move)
+    while at >= 0:
+        before, after = text[at - 1:at], text[at + len(move):at + len(move) + 1]
+        if not (before.isalnum() and move[:1].isalnum()) and not (after.isalnum() and move[-1:].isalnum()):
+            return at
+        at = text.rfind(move, 0, at + len(move) - 1)
+    return -1

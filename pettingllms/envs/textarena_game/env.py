@@ -92,6 +92,11 @@ class TextArenaEnv(Env):
         except Exception as exc:
             raise ConfigError(f"env.options.game={game!r}: TextArena cannot make it ({exc})") from exc
         self.game = game
+        try:  # the library checks the player count in reset: a one- or three-player game fails there, not in make
+            self._play(0, ())
+        except Exception as exc:
+            raise ConfigError(f"env.options.game={game!r}: env 'textarena' plays two-player games, and TextArena's "
+                              f"{game} does not start with {PLAYERS} players ({type(exc).__name__}: {exc})") from exc
         self.server = ServerOpponent(opponent_url, opponent_model, opponent_key_env, opponent_temperature,
                                      opponent_timeout, env_name="textarena") if opponent == "server" else None
         self.opponent_max_tokens = opponent_max_tokens
