@@ -462,10 +462,11 @@ def _settings(overrides: Sequence[str]) -> list[str]:
 # optim.attention=auto is SDPA on CPU, where every recorded run trained (2026-11-27).
 # self_play.* (the opponent pool, off at pool_size=0) and training.async_checkpoint=false change nothing a run learns
 # (2026-11-27); a section left empty goes too, and so does an agent's server block with no url (agents.<role>.server).
+# optim.compile=false: the eager decoder layers every recorded run trained with (2026-12-01).
 NEUTRAL_NEW_KEYS = {("rollout", "playouts"): 1, ("optim", "logprob_chunk_tokens"): 0, ("optim", "attention"): "auto",
                     ("self_play", "pool_size"): 0, ("self_play", "snapshot_every"): 10, ("self_play", "live_prob"): 0.5,
                     ("training", "async_checkpoint"): False, ("rollout", "streaming"): False,
-                    ("rollout", "streaming_wait_s"): 0.05}
+                    ("rollout", "streaming_wait_s"): 0.05, ("optim", "compile"): False}
 
 
 def fingerprint(overrides: Sequence[str]) -> str:
