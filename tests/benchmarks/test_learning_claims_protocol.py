@@ -148,7 +148,8 @@ def test_the_plan_path_comparison_is_registered_for_its_two_methods_only(tmp_pat
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 COMMITTED = [("paired", "vault", "learning_claims_paired_vault"), ("early", "vault", "learning_claims_early_vault"),
-             ("paired_game", "cpu_plan_path", "learning_claims_paired_game_cpu_plan_path")]
+             ("paired_game", "cpu_plan_path", "learning_claims_paired_game_cpu_plan_path"),
+             ("paired_outcome", "cpu_tictactoe", "learning_claims_paired_outcome_cpu_tictactoe")]
 
 
 @pytest.mark.parametrize("protocol_name,env,name", COMMITTED)
