@@ -47,12 +47,17 @@ def _update(model, compiled: bool, samples, **config):
     return logprobs, metrics, _grads(model)
 
 
-def test_log_probs_and_gradients_equal_the_eager_learners(make_model, make_sample):
+def test_log_probs_and_gradients_equal_the_eager_learners_with_one_graph_for_every_layer_and_length(make_model,
+                                                                                                   make_sample):
+    """Two layers and micro-batches of several lengths and row counts, no-grad and training passes: the layer's
+    code is compiled once per grad mode and row-count kind (dynamo specialises a dimension of size 1), never once per
+    layer or per length, and gives the eager learner's numbers."""
     samples = tree_samples(make_sample, seed=1)
     eager = _update(make_model(0), False, samples, micro_batch_max_tokens=40)  # several micro-batches
     model = make_model(0)
     compiled = _update(model, True, samples, micro_batch_max_tokens=40)
-    assert counters["stats"]["unique_graphs"] >= 1  # the layers did run compiled
+    assert len(decoder_layers(model)) == 2
+    assert 1 <= counters["stats"]["unique_graphs"] <= 2 * 2  # (no grad, training) x (one row, several rows)
     for got, expected in zip(compiled[0], eager[0]):
         assert len(got) == len(expected) > 0
         assert got == pytest.approx(expected, abs=1e-5)
@@ -66,27 +71,21 @@ def test_log_probs_and_gradients_equal_the_eager_learners(make_model, make_sampl
     assert torch._dynamo.config.recompile_limit == 8 and torch._dynamo.config.fail_on_recompile_limit_hit is False
 
 
-def test_one_graph_serves_every_layer_and_every_length(make_model, make_sample):
-    """Two layers and micro-batches of several lengths and row counts, no-grad and training passes: the layer's
-    code is compiled once per grad mode and row-count kind (dynamo specialises a dimension of size 1), never once per
-    layer or per length."""
-    samples = tree_samples(make_sample, seed=1)
-    _update(make_model(0), True, samples, micro_batch_max_tokens=40)
-    assert len(decoder_layers(make_model(0))) == 2
-    assert 1 <= counters["stats"]["unique_graphs"] <= 2 * 2  # (no grad, training) x (one row, several rows)
-
-
-def test_lora_adapters_under_bf16_autocast(make_lora_model, make_sample):
+# Two adapters, trained and not, are about 16 compiled variants (30-40 s on this CPU, cold): the slow lane. The
+# default lane compiles LoRA's no-grad passes in the KL reference test below.
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-4), ("bfloat16", 1e-2)])
+def test_lora_adapters_switching_under_each_compute_dtype(make_lora_model, make_sample, dtype, tolerance):
     samples = [dataclasses.replace(s, adapter="alice" if i % 2 else "bob", agent="alice" if i % 2 else "bob")
                for i, s in enumerate(tree_samples(make_sample, seed=2))]
-    eager = _update(make_lora_model(0), False, samples, dtype="bfloat16")
-    compiled = _update(make_lora_model(0), True, samples, dtype="bfloat16")
+    eager = _update(make_lora_model(0), False, samples, dtype=dtype)
+    compiled = _update(make_lora_model(0), True, samples, dtype=dtype)
     assert counters["stats"]["unique_graphs"] >= 2  # one variant per adapter at least
     moved = [name for name in eager[2] if eager[2][name].norm() > 0]
     assert any("alice" in name for name in moved) and any("bob" in name for name in moved)
-    for name in moved:  # the same bf16 kernels in a different order: agreement to bf16's precision
+    for name in moved:  # bf16: the same kernels in a different order, agreement to bf16's precision
         error = (compiled[2][name] - eager[2][name]).norm() / eager[2][name].norm()
-        assert error < 1e-2, (name, float(error))
+        assert error < tolerance, (name, float(error))
 
 
 def test_gradient_checkpointing_around_the_compiled_layers(make_model, make_sample):

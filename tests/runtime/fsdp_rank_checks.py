@@ -45,6 +45,9 @@ CASES = (
     Case("full", lora=False, mini_batch_size=4, micro_batch_max_tokens=40),
     Case("lora", lora=True, mini_batch_size=0, micro_batch_max_tokens=4096, gradient_checkpointing=True),
     Case("chunked", lora=False, mini_batch_size=4, micro_batch_max_tokens=40, logprob_chunk_tokens=3),
+)
+# The slow lane's (each rank compiles cold: about a minute on this CPU).
+COMPILED_CASES = (
     Case("compiled", lora=False, mini_batch_size=4, micro_batch_max_tokens=40, compile=True),
     Case("compiled_lora", lora=True, mini_batch_size=0, micro_batch_max_tokens=4096, gradient_checkpointing=True,
          compile=True),
@@ -139,8 +142,9 @@ def build_learner(case: Case, model: torch.nn.Module, data_parallel: DataParalle
     return PolicyLearner(model, config, adapter_names=ADAPTERS if case.lora else (), data_parallel=data_parallel)
 
 
-def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
-    """One FSDP rank: train every case one step, write rank 0's full weights and metrics, save a DCP checkpoint."""
+def rank_main(rank: int, world_size: int, port: int, workdir: str, compiled: bool = False) -> None:
+    """One FSDP rank: train every case one step, write rank 0's full weights and metrics, save a DCP checkpoint;
+    ``compiled``: the COMPILED_CASES alone."""
     import torch.distributed as dist
 
     from torch._dynamo.utils import counters
@@ -151,7 +155,7 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
     try:
         data_parallel = DataParallel(rank, world_size)
         checkpoint_group = dist.new_group(backend="gloo")  # as a worker keeps one for its asynchronous saves
-        for case in CASES:
+        for case in COMPILED_CASES if compiled else CASES:
             folder = Path(workdir) / case.name
             torch._dynamo.reset()
             counters.clear()
@@ -169,6 +173,8 @@ def rank_main(rank: int, world_size: int, port: int, workdir: str) -> None:
             if rank == 0:
                 torch.save({"metrics": metrics, "weights": weights, "meta": meta, "async_meta": async_meta,
                             "compiled_graphs": counters["stats"]["unique_graphs"]}, folder / "after_step_1.pt")
+        if compiled:
+            return
         # dtype=bfloat16: bf16 compute (MixedPrecisionPolicy) over fp32 sharded master weights; one step at lr 1e-6.
         mixed = shard_model(tiny_model(False), FSDPOptions(), torch.device("cpu"), compute_dtype=torch.bfloat16)
         before = {name: tensor.clone() for name, tensor in full_weights(mixed)}

@@ -2,7 +2,8 @@
 
 Two spawned processes shard a tiny model with ``fully_shard`` and train one step with each rank on its own share
 of the samples (a full model with 3 mini-batches and padding passes; LoRA with two adapter streams and activation
-checkpointing; both again with the decoder layers compiled, held to the eager single-process step). This process trains the same step unsharded and compares weights and metrics, then loads the
+checkpointing; in the slow lane both again with the decoder layers compiled, held to the eager single-process
+step). This process trains the same step unsharded and compares weights and metrics, then loads the
 2-rank DCP checkpoint into a plain single-process learner (world size 2 -> 1) and checks that the next step
 matches an uninterrupted run too.
 """
@@ -16,7 +17,7 @@ import socket
 import pytest
 import torch
 
-from fsdp_rank_checks import CASES, build_learner, make_samples, rank_main, tiny_model
+from fsdp_rank_checks import CASES, COMPILED_CASES, build_learner, make_samples, rank_main, tiny_model
 from pettingllms.learner.data_parallel import padded_plan, rank_shares
 from pettingllms.learner.weights import trained_parameter_names
 
@@ -38,6 +39,15 @@ def two_rank_run(tmp_path_factory):
     return workdir
 
 
+@pytest.fixture(scope="module")
+def two_rank_compiled_run(tmp_path_factory):
+    import torch.multiprocessing as mp
+
+    workdir = tmp_path_factory.mktemp("fsdp_compiled")
+    mp.spawn(rank_main, args=(2, _free_port(), str(workdir), True), nprocs=2, join=True)
+    return workdir
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     previous = torch.get_num_threads()
@@ -53,7 +63,16 @@ def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> f
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_two_ranks_take_the_single_process_step_and_reshard_to_one(two_rank_run, case):
-    folder = two_rank_run / case.name
+    _takes_the_single_process_step_and_reshards_to_one(two_rank_run / case.name, case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", COMPILED_CASES, ids=lambda c: c.name)
+def test_two_compiled_ranks_take_the_eager_single_process_step(two_rank_compiled_run, case):
+    _takes_the_single_process_step_and_reshards_to_one(two_rank_compiled_run / case.name, case)
+
+
+def _takes_the_single_process_step_and_reshards_to_one(folder, case) -> None:
     sharded = torch.load(folder / "after_step_1.pt", weights_only=False)
 
     # The single-process step runs eager layers: a compiled case's 2 ranks are held to the eager learner's step.
