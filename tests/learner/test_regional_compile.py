@@ -6,7 +6,11 @@ under bf16 autocast, gradient checkpointing around the compiled layers, and the 
 outside the learner's passes the layers run their own forward, so the transformers engine that generates with the
 same module is never compiled. FlexAttention inside the compiled layers is a CUDA path (inductor's CPU template for
 it fails to build in torch 2.13, and FlexAttention cannot train on CPU anyway): refused here, measured by
-``benchmarks/gpu_learner.py``'s ``compiled`` case."""
+``benchmarks/gpu_learner.py``'s ``compiled`` case.
+
+Lanes: every test that compiles is in the slow lane (inductor's first compile in a process costs 30-45 s on the
+2-core CPU, each variant seconds more, which ``make test`` cannot spare); the refusals stay in the default lane, and
+CI's benchmark lane compiles too (``benchmarks/learner_compile.py --quick``: the same log-probs as eager layers)."""
 
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ def _update(model, compiled: bool, samples, **config):
     return logprobs, metrics, _grads(model)
 
 
+@pytest.mark.slow
 def test_log_probs_and_gradients_equal_the_eager_learners_with_one_graph_for_every_layer_and_length(make_model,
                                                                                                    make_sample):
     """Two layers and micro-batches of several lengths and row counts, no-grad and training passes: the layer's
@@ -71,8 +76,6 @@ def test_log_probs_and_gradients_equal_the_eager_learners_with_one_graph_for_eve
     assert torch._dynamo.config.recompile_limit == 8 and torch._dynamo.config.fail_on_recompile_limit_hit is False
 
 
-# Two adapters, trained and not, are about 16 compiled variants (30-40 s on this CPU, cold): the slow lane. The
-# default lane compiles LoRA's no-grad passes in the KL reference test below.
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-4), ("bfloat16", 1e-2)])
 def test_lora_adapters_switching_under_each_compute_dtype(make_lora_model, make_sample, dtype, tolerance):
@@ -88,6 +91,7 @@ def test_lora_adapters_switching_under_each_compute_dtype(make_lora_model, make_
         assert error < tolerance, (name, float(error))
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_around_the_compiled_layers(make_model, make_sample):
     samples = tree_samples(make_sample, seed=3)
     eager = _update(make_model(0), False, samples)
@@ -96,6 +100,7 @@ def test_gradient_checkpointing_around_the_compiled_layers(make_model, make_samp
         torch.testing.assert_close(compiled[2][name], eager[2][name], rtol=1e-4, atol=1e-7, msg=name)
 
 
+@pytest.mark.slow
 def test_the_qwen3_replica_with_the_chunked_head(make_sample):
     model = _qwen3_replica()
     samples = tree_samples(make_sample)
@@ -108,6 +113,7 @@ def test_the_qwen3_replica_with_the_chunked_head(make_sample):
         assert got == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_engine_generating_with_the_same_module_is_not_compiled(make_model, make_sample):
     model = make_model(0)
     learner = PolicyLearner(model, learner_config(total_steps=1, compile=True))
@@ -136,6 +142,7 @@ def test_flex_attention_compiled_on_cpu_is_refused_with_the_fix(make_model):
         PolicyLearner(make_model(0), learner_config(total_steps=1, compile=True, attention="flex"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True])
 def test_the_kl_reference_runs_compiled_too_so_at_step_0_it_equals_the_policy_exactly(make_model, make_lora_model,
                                                                                         make_sample, lora):
@@ -172,6 +179,7 @@ def test_a_layer_whose_forward_a_hook_replaced_is_refused(make_model):
         CompiledLayers(model)
 
 
+@pytest.mark.slow
 def test_a_deep_copy_taken_inside_the_passes_runs_its_own_weights(make_model):
     import copy
 
