@@ -15,23 +15,18 @@ Writes benchmarks/results/learner_compile.json (or ``--out-dir``; ``--quick``: a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from typing import Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-
-from _machine import machine_info  # noqa: E402
 from _report import learner_config, out_dir  # noqa: E402
 from pettingllms.learner import PolicyLearner  # noqa: E402
-from pettingllms.models import HFChatCodec, load_model, resolve_model  # noqa: E402
-from update_packing import MODEL, QUICK_MODEL, tree_samples  # noqa: E402
+from pettingllms.models import load_model  # noqa: E402
+from update_packing import workload  # noqa: E402
 
 
 def make_learner(model_dir, compiled: bool) -> PolicyLearner:
@@ -48,22 +43,9 @@ def timed_update(learner: PolicyLearner, samples, advantages) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nodes", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="tiny random model, 2 nodes, 1 repeat (smoke test)")
-    parser.add_argument("--out-dir", help="where to write the JSON (default benchmarks/results)")
-    args = parser.parse_args(argv)
-    model_name = QUICK_MODEL if args.quick else MODEL
-    if args.quick:
-        args.nodes, args.repeats = 2, 1
-    torch.set_num_threads(args.threads)
-    load_start = os.getloadavg()[0]
-    model_dir = resolve_model(model_name)
-    samples = tree_samples(HFChatCodec.from_pretrained(model_dir), args.nodes)
-    advantages = [1.0 if s.branch % 2 else -1.0 for s in samples]
+    work = workload(argv)
+    args, samples, advantages = work.args, work.samples, work.advantages
+    model_dir = work.model_dir
     learners = {"eager": make_learner(model_dir, False), "compiled": make_learner(model_dir, True)}
     # Before any update both hold the same weights: their log-probs of the same samples differ only by the kernels.
     logprobs = {name: learner.compute_logprobs(samples) for name, learner in learners.items()}
@@ -83,12 +65,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     }
     print(json.dumps(result))
     report = {
-        "command": f"python benchmarks/learner_compile.py --nodes {args.nodes} --repeats {args.repeats} "
-                   f"--threads {args.threads}" + (" --quick" if args.quick else ""),
+        "command": work.command("learner_compile.py"),
         "quick": args.quick,
-        "machine": {**machine_info(), "torch_threads": args.threads, "load_average_at_start": load_start,
-                    "load_average_at_end": os.getloadavg()[0]},
-        "workload": {"model": model_name, "dtype": "float32", "nodes": args.nodes, "samples": len(samples),
+        "machine": work.machine(),
+        "workload": {"model": work.model_name, "dtype": "float32", "nodes": args.nodes, "samples": len(samples),
                      "prompt_tokens": len(samples[0].prompt_ids),
                      "response_tokens": sum(len(s.response_ids) for s in samples)},
         "result": result,

@@ -19,6 +19,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -70,7 +71,30 @@ def time_update(model, samples, advantages, pack: bool, lora: bool) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
+@dataclass
+class Workload:
+    """One update's tree samples on the packaged model, as this benchmark and ``learner_compile.py`` take them."""
+
+    args: argparse.Namespace
+    model_name: str
+    model_dir: Path
+    samples: list[Sample]
+    advantages: list[float]
+    load_start: float
+
+    def command(self, script: str) -> str:
+        a = self.args
+        return (f"python benchmarks/{script} --nodes {a.nodes} --repeats {a.repeats} --threads {a.threads}"
+                + (" --quick" if a.quick else ""))
+
+    def machine(self) -> dict:
+        return {**machine_info(), "torch_threads": self.args.threads, "load_average_at_start": self.load_start,
+                "load_average_at_end": os.getloadavg()[0]}
+
+
+def workload(argv: Sequence[str] | None) -> Workload:
+    """The command line both benchmarks share (``--nodes --repeats --threads --quick --out-dir``), the torch
+    threads set, the model resolved and the tree samples made, with alternating advantages."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=8)
@@ -85,9 +109,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()[0]
     model_dir = resolve_model(model_name)
-    codec = HFChatCodec.from_pretrained(model_dir)
-    samples = tree_samples(codec, args.nodes)
+    samples = tree_samples(HFChatCodec.from_pretrained(model_dir), args.nodes)
     advantages = [1.0 if s.branch % 2 else -1.0 for s in samples]
+    return Workload(args, model_name, model_dir, samples, advantages, load_start)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    work = workload(argv)
+    args, model_name, model_dir, samples, advantages = (work.args, work.model_name, work.model_dir, work.samples,
+                                                        work.advantages)
     unpacked_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     packed_tokens = sum(packed_length(samples, unit) for unit in pack_by_prompt(samples))
     results = {}
@@ -110,11 +140,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(mode, json.dumps(results[mode]))
         del model
     report = {
-        "command": f"python benchmarks/update_packing.py --nodes {args.nodes} --repeats {args.repeats} "
-                   f"--threads {args.threads}" + (" --quick" if args.quick else ""),
+        "command": work.command("update_packing.py"),
         "quick": args.quick,
-        "machine": {**machine_info(), "torch_threads": args.threads, "load_average_at_start": load_start,
-                    "load_average_at_end": os.getloadavg()[0]},
+        "machine": work.machine(),
         "workload": {"model": model_name, "nodes": args.nodes, "branches": K,
                      "samples": len(samples), "prompt_tokens": len(samples[0].prompt_ids),
                      "response_tokens": sum(len(s.response_ids) for s in samples),

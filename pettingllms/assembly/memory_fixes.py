@@ -17,6 +17,8 @@ LOGPROB_CHUNK_FIX = 1024  # the chunk the plan offers: 0.6 GB of fp32 logits per
 # that fits, for what the plan does not count (fragmentation, a library's workspace).
 AUTO_MAX_UTILIZATION = 0.9
 AUTO_MARGIN = 0.03
+
+
 @dataclass(frozen=True)
 class Fix:
     overrides: str  # what to add to the command line

@@ -186,20 +186,11 @@ def check_acting_agents(ctx: CheckContext) -> str | None:
         return failure
     for i, text in enumerate(GARBAGE_RESPONSES[:6] + tuple(random_responses(4, ctx.seed))):
         problem = ctx.problems[i % len(ctx.problems)]
-        state, ended = env.reset(problem, ctx.seed + i), False
-        for turn in range(env.max_turns):
-            where = f"turn {turn}'s state (problem {problem.problem_id!r}, every agent answering {_short(text)})"
-            failure = _check_acting(env, state, where)
-            if failure:
-                return failure
-            for role in tuple(env.acting_agents(state)):
-                step = env.step(state, role, ctx.agents[role].parse(text))
-                state = step.state
-                if step.terminated or step.truncated:
-                    ended = True
-                    break
-            if ended:
-                break
+        where = f"problem {problem.problem_id!r}, every agent answering {_short(text)}"
+        failure = _play(env, ctx.agents, problem, ctx.seed + i, text,
+                        look=lambda state, turn: _check_acting(env, state, f"turn {turn}'s state ({where})")).failure
+        if failure:
+            return failure
     return None
 
 
@@ -441,12 +432,20 @@ class _Played:
     terminated: bool = False
     last_mover: str | None = None
     last_local: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None  # what ``look`` found wrong, where it ended the episode
 
 
-def _play(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str) -> _Played:
-    """One episode as the executor runs its stages, every agent answering ``text``, each move applied at once."""
+def _play(env: Env, agents: dict[str, Agent], problem: Problem, seed: int, text: str,
+          look: Callable[[Any, int], "str | None"] | None = None) -> _Played:
+    """One episode as the executor runs its stages, every agent answering ``text``, each move applied at once.
+    ``look(state, turn)``, where given, sees each turn's state before its stages: the first failure it returns ends
+    the episode there (``_Played.failure``)."""
     played = _Played(env.reset(problem, seed))
     for turn in range(env.max_turns):
+        if look is not None:
+            played.failure = look(played.state, turn)
+            if played.failure:
+                return played
         for stage in _stages(env, played.state, turn):
             for role in stage:
                 step = env.step(played.state, role, agents[role].parse(text))

@@ -443,12 +443,12 @@ class Executor:
             return None
         if not isinstance(raw, Mapping):
             raise EnvError(f"{where} returned {type(raw).__name__}; return {{agent: result}} or None")
-        graph = self.env.graph
-        unknown = sorted(set(map(str, raw)) - set(graph.agents) - set(graph.left_out))
+        graph, named = self.env.graph, set(map(str, raw))
+        unknown = sorted(named - set(graph.agents) - set(graph.left_out))
         if unknown:
             raise EnvError(f"{where} names {unknown}, not agents of the env ({list(graph.agents + graph.left_out)})")
         # Every acting agent's result, or its moves would silently be valued 0 (a seat that lost scored as a draw).
-        missing = [agent for agent in graph.agents if agent not in set(map(str, raw))]
+        missing = [agent for agent in graph.agents if agent not in named]
         if missing:
             raise EnvError(f"{where} leaves out {missing}: an outcome names every acting agent's result "
                            f"({list(graph.agents)}); return None where the env has no result")
