@@ -343,7 +343,7 @@ class Executor:
             truncated=truncated,
             success=self._success(state),
             team_reward=team_reward,
-            agent_rewards=_agent_totals(transcript),
+            agent_rewards=_agent_totals(transcript, outcomes or {}),
             error=error,
             transcript=transcript,
             nonfinite_rewards=dropped,
@@ -760,9 +760,15 @@ def _transcript_entry(node: _Node) -> dict[str, Any]:
     }
 
 
-def _agent_totals(transcript: Sequence[dict[str, Any]]) -> dict[str, float]:
+def _agent_totals(transcript: Sequence[dict[str, Any]], outcomes: Mapping[str, float]) -> dict[str, float]:
+    """Each acting agent's return along the episode: its chosen responses' immediate rewards (team + local), plus its
+    ``outcomes`` entry once. Not the transcript's ``reward``: in tree mode that also carries the playouts' outcome
+    estimate, which would count a game's result once a move."""
     totals: dict[str, float] = {}
     for entry in transcript:
         if entry["reward"] is not None:
-            totals[entry["agent"]] = totals.get(entry["agent"], 0.0) + entry["reward"]
+            agent = entry["agent"]
+            if agent not in totals:
+                totals[agent] = outcomes.get(agent, 0.0)
+            totals[agent] += entry["team_reward"] + entry["local_reward"]
     return totals

@@ -26,14 +26,19 @@ def _mean(values: Iterable[float]) -> float:
     return fmean(values) if values else 0.0
 
 
-def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
+def sample_metrics(samples: Sequence[Sample],
+                   outcomes: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
     """Reward, length and failure statistics per policy/agent and per policy/agent/turn.
 
-    ``episode_return_mean`` is the agent's summed reward along each episode's continued path (the chosen branch
-    of every node), averaged over the episodes of ``samples``; an episode where the agent never acted counts 0
-    (the same quantity as ``EpisodeRecord.agent_rewards``, but namespaced by the agent's policy). In trajectory mode
-    every sample of an agent carries the episode's whole return, which is counted once.
+    ``episode_return_mean`` is the agent's return in each episode, averaged over the episodes of ``samples``; an
+    episode where the agent never acted counts 0 (the same quantity as ``EpisodeRecord.agent_rewards``, but
+    namespaced by the agent's policy): its immediate rewards (team + local) along the continued path (the chosen
+    branch of every node), plus its entry of the episode's outcome (``outcomes``: episode id -> the game's result
+    per agent, ``EpisodeRecord.outcomes``) once. A tree or independent sample's ``reward`` carries an outcome on
+    every move (its playouts' mean, or its episode's result), so summing rewards would count a game's result once a
+    move. In trajectory mode every sample of an agent carries the episode's whole return, which is counted once.
     """
+    outcomes = outcomes or {}
     by_agent: dict[tuple[str, str], list[Sample]] = defaultdict(list)
     by_turn: dict[tuple[str, str, int], list[Sample]] = defaultdict(list)
     episodes = {s.episode for s in samples}
@@ -53,12 +58,14 @@ def sample_metrics(samples: Sequence[Sample]) -> dict[str, float]:
         out[f"{key}/failed_ratio"] = _mean(float(s.failed) for s in rows)
         out[f"{key}/nonfinite_rewards"] = float(sum(s.nonfinite_reward for s in rows))
         out[f"{key}/samples"] = float(len(rows))
-        returns: dict[str, float] = defaultdict(float)
+        returns: dict[str, float] = {}
         for s in ok:
             if s.group[1] == WHOLE_EPISODE:  # trajectory mode: every sample carries the whole return; count it once
                 returns[s.episode] = s.reward
             elif s.chosen:
-                returns[s.episode] += s.reward
+                if s.episode not in returns:  # the game's result, once per episode the agent acted in
+                    returns[s.episode] = outcomes.get(s.episode, {}).get(agent, 0.0)
+                returns[s.episode] += s.team_reward + s.local_reward
         out[f"{key}/episode_return_mean"] = _mean(returns.get(e, 0.0) for e in episodes)
         out.update(info_metrics(ok, f"{key}/info"))
     for (policy, agent, turn), rows in sorted(by_turn.items()):

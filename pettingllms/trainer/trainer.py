@@ -252,7 +252,7 @@ class Trainer:
             self.policies.snapshot_full(self.pool.full_copies(), slot)  # full models, into their pool workers
             self.pool.record(slot, step)
         # 6. Metrics.
-        metrics.update(sample_metrics(rollout.samples))
+        metrics.update(sample_metrics(rollout.samples, {e.episode: e.outcomes for e in rollout.episodes}))
         metrics.update(episode_metrics(rollout.episodes))
         if self.pool.enabled:
             metrics.update(pool_metrics(rollout.episodes, len(self.pool.filled())))
@@ -275,7 +275,8 @@ class Trainer:
             if (errors := episode_errors(result.episodes)) is not None:
                 log.warning("validation of %s at step %d: %s", name, step, errors)
             metrics.update(episode_metrics(result.episodes, prefix=f"val/{name}"))
-            metrics.update(prefixed(f"val/{name}", sample_metrics(result.samples)))
+            outcomes = {e.episode: e.outcomes for e in result.episodes}
+            metrics.update(prefixed(f"val/{name}", sample_metrics(result.samples, outcomes)))
         return metrics
 
     # ------------------------------------------------------------------------------------------- state

@@ -99,6 +99,24 @@ def test_textarena_replays_are_exact_and_the_library_decides_who_acts():
     assert "invalid" in invalid.state.prompt.lower()
 
 
+def test_a_textarena_game_lost_by_invalid_moves_is_not_a_success_in_self_play():
+    """As in openspiel: a game ended by a forfeit was won by no one's play (TextArena's game_info names the seat)."""
+    env = TextArenaEnv(game="TicTacToe-v0")
+    state = env.reset(Problem("p", {"seed": 0}), 0)
+    seat = env.acting_agents(state)[0]
+    for _ in range(2):  # the library's default: one resubmit, then the second invalid move loses
+        step = env.step(state, seat, "no move here")
+        state = step.state
+    assert step.terminated and state.forfeit == int(seat[-1])
+    assert env.outcome(state)[seat] == -1.0 and not env.success(state)
+    played = env.reset(Problem("p", {"seed": 0}), 0)
+    for move in ["[4]", "[0]", "[1]", "[2]", "[7]"]:  # the middle column wins
+        step = env.step(played, env.acting_agents(played)[0], move)
+        played = step.state
+    assert step.terminated and played.forfeit is None and env.success(played)
+    assert sorted(env.outcome(played).values()) == [-1.0, 1.0]
+
+
 def test_textarena_forks_share_no_random_state_across_threads():
     """Without the replay lock, TextArena's module-level random makes forks stepped in threads differ; the checker's
     thread check sees it. With the lock, never."""

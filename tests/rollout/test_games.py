@@ -219,6 +219,26 @@ def test_a_trajectory_return_counts_once_per_episode_in_episode_return_mean(make
     assert metrics["policy_0/second/episode_return_mean"] == 1.0
 
 
+@pytest.mark.parametrize("mode", ["tree", "independent"])
+def test_a_games_result_counts_once_in_an_episodes_return_whatever_the_mode(make_executor, mode):
+    """first errs, then plays A and loses to y: two moves, each valued -1 (tree: the playouts' mean; independent:
+    the episode's result on every move). Its return is the game's result, -1, once: not -2, outside the game's range
+    (the transcript's rewards and the samples' both carry the outcome on every move)."""
+    def errs_then_a(prompt, k, request):
+        return ("Z" if "invalid: 0" in prompt else "A") if "seat first" in prompt else "y"
+
+    executor, _ = make_executor(TrapGame(), errs_then_a, branching=2 if mode == "tree" else 1, mode=mode,
+                                playouts=1)
+    result = executor.run([Problem("trap")], [0])
+    (record,) = result.episodes
+    assert [s.reward for s in result.samples if s.agent == "first" and s.chosen] == [-1.0, -1.0]
+    assert record.outcomes == {"first": -1.0, "second": 1.0}
+    assert record.agent_rewards == {"first": -1.0, "second": 1.0}
+    metrics = sample_metrics(result.samples, {record.episode: record.outcomes})
+    assert metrics["policy_0/first/episode_return_mean"] == -1.0
+    assert metrics["policy_0/second/episode_return_mean"] == 1.0
+
+
 def test_seat_results_count_wins_draws_and_losses_per_seat(make_executor):
     from pettingllms.trainer.metrics import episode_metrics
 

@@ -11,7 +11,7 @@ from pettingllms.trainer.metrics import episode_metrics, sample_metrics
 def sample(policy, agent, episode, turn, branch, reward, chosen, failed=False):
     return Sample(policy=policy, agent=agent, turn=turn, group=(0, turn, agent), episode=episode, problem_id="p",
                   branch=branch, prompt_ids=(1, 2, 3), response_ids=(4,) * (branch + 1), response_logprobs=(),
-                  reward=reward, chosen=chosen, failed=failed)
+                  reward=reward, local_reward=reward, chosen=chosen, failed=failed)  # the executor's: team + local
 
 
 SAMPLES = [

@@ -17,7 +17,8 @@
 - **Moves**: the response as it is (at most 2,000 characters); the library's own action wrapper and rules judge it
   (by default a second invalid move in a row loses the game).
 - **Outcome** (``Env.outcome``): the rewards of ``close()`` per seat; a game cut by ``max_turns`` scores 0 for both.
-  ``success``: the game reached its end (against an opponent: ``player`` won).
+  ``success``: the game reached its end without a forfeit (against an opponent: ``player`` won), as in
+  ``openspiel``: a game a seat lost by invalid moves ended by no one's play.
 - **Opponents**: ``opponent=self`` (default) seats an agent per player; ``opponent=random`` seats one agent,
   ``player``, against a uniform random choice among the moves the library's observation lists (its ``Available
   Moves: '[0]', '[4]'`` or ``available actions are: '[check]', '[bet]'`` line), drawn with a generator seeded by the
@@ -70,6 +71,7 @@ class ArenaState:
     reason: str = ""  # the library's reason for the result
     seat: int | None = None  # the seat ``player`` holds against an opponent (random, served); None in self-play
     opponent_fallbacks: int = 0  # opponent=server: failed requests answered with an empty move so far
+    forfeit: int | None = None  # the seat whose invalid moves ended the game (the library's ``invalid_move``)
 
 
 class TextArenaEnv(Env):
@@ -142,7 +144,7 @@ class TextArenaEnv(Env):
     def success(self, state: ArenaState) -> bool:
         if state.seat is not None:
             return self.outcome(state)[TRAINED] > 0
-        return bool(state.rewards)
+        return bool(state.rewards) and state.forfeit is None
 
     @property
     def _has_opponent(self) -> bool:
@@ -190,9 +192,11 @@ class TextArenaEnv(Env):
                     done, _ = arena.step(move)
                 if done:
                     rewards, info = arena.close()
-                    reason = next((str(v.get("reason", "")) for v in (info or {}).values() if isinstance(v, dict)), "")
+                    seats = {i: v for i, v in (info or {}).items() if isinstance(v, dict)}  # close()'s game_info
+                    reason = next((str(v.get("reason", "")) for v in seats.values()), "")
+                    forfeit = next((int(i) for i, v in seats.items() if v.get("invalid_move")), None)
                     return ArenaState(seed, moves, -1, "", tuple(float(rewards.get(i, 0.0)) for i in range(PLAYERS)),
-                                      reason, seat, fallbacks)
+                                      reason, seat, fallbacks, forfeit)
                 player, observation = arena.get_observation()
                 return ArenaState(seed, moves, int(player), _text(observation), seat=seat, opponent_fallbacks=fallbacks)
             finally:
