@@ -16,7 +16,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping, Sequence
 
-from pettingllms.core.errors import ConfigError
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.types import Message, Transition
 

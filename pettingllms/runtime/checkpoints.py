@@ -301,7 +301,6 @@ def start_worker_save(folder: Path, learner: "PolicyLearner | None", rank: int, 
 
     ``process_group``: a sharded learner's (FSDP) save is a collective; it runs as DCP's ``async_save`` on this group
     (gloo, kept for checkpoints: training's collectives never share a group with the writing thread)."""
-    import torch
 
     from pettingllms.learner.state import write_staged
 

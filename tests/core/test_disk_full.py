@@ -30,7 +30,7 @@ def test_an_append_past_a_file_size_limit_is_named_and_leaves_no_torn_line(tmp_p
                            timeout=60)
     kind, message = json.loads(child.stdout)
     assert kind == "DiskFullError"
-    assert message.startswith(f"file too large (this process may not write a file past 100 bytes: RLIMIT_FSIZE")
+    assert message.startswith("file too large (this process may not write a file past 100 bytes: RLIMIT_FSIZE")
     assert f"while writing {path} (" in message and "bytes free there)" in message
     assert path.read_text() == "x" * 60 + "\n"  # the part of the second line that fit was cut back
 

@@ -156,7 +156,6 @@ def test_the_tictactoe_preset_plays_one_agent_against_the_random_opponent_and_it
     one tiny step runs with validation before and after."""
     pytest.importorskip("pyspiel", reason="the games extra")
     from pettingllms.cli import main
-    from pettingllms.core import Problem
     from pettingllms.core.registry import get_env_class
     from pettingllms.envs.seats import SeatAgent
     from pettingllms.models.codec import HFChatCodec

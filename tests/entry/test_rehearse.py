@@ -10,7 +10,6 @@ The steps themselves (tiny replicas, 2 gloo ranks, checkpoint, resume, export, r
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from script_support import SCRIPTS_DIR, script_command

@@ -8,7 +8,7 @@ import pytest
 from pettingllms.assembly.construct import check_options
 from pettingllms.core import ConfigError, Problem
 from pettingllms.envs.games_common.agents import PlanAgent
-from pettingllms.envs.games_common.base import EXAMPLE_SEED, PLAN, TEST_SEED_OFFSET, worked_example
+from pettingllms.envs.games_common.base import EXAMPLE_SEED, PLAN, worked_example
 from pettingllms.envs.games_common.runner import EchoRunner
 from pettingllms.envs.games_common.words import offset_in_words
 from pettingllms.envs.plan_path.env import PlanPathEnv, shortest_path_length

@@ -53,6 +53,7 @@ def test_a_call_is_routed_recorded_with_its_exact_ids_and_sampled_with_the_agent
     assert reply.usage.prompt_tokens == len(solver_call.prompt_ids)
     assert reply.usage.completion_tokens == len(solver_call.completion.token_ids) <= 10
     assert reply.model == "solver" and reply.choices[0].finish_reason in ("stop", "length")
+    assert checker.model == "checker" and checker.usage.completion_tokens == len(checker_call.completion.token_ids) <= 3
     assert server.calls("run-b") == []  # calls are attributed to the run whose key made them
 
 

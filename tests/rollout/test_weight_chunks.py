@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from pettingllms.core.errors import ConfigError
-from pettingllms.learner.weights import full_weights
 from pettingllms.rollout.vllm import weights as vllm_weights
-from pettingllms.rollout.vllm.weights import CheckpointCheck, layer_of, weight_chunks, write_shared_weights
+from pettingllms.rollout.vllm.weights import CheckpointCheck, layer_of, weight_chunks
 
 MB = 2**20
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import warnings
-from pathlib import Path
 
 import pytest
 

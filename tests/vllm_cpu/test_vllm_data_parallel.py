@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from pettingllms.core.types import GenerationRequest, SamplingParams
-from pettingllms.learner import LearnerConfig
 from pettingllms.learner.sharding import FSDPOptions
 from pettingllms.models import LoraSpec
 from pettingllms.runtime.layout import resolve_layout

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from pettingllms.core.types import FINISH_ERROR, SamplingParams
+from pettingllms.core.types import SamplingParams
 
 from conftest import CONTEXT
 from test_vllm_engine import LOGPROB_ATOL, prompts, request, teacher_forced_logprobs

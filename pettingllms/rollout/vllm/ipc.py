@@ -59,7 +59,6 @@ def pack_bucket(tensors: Mapping[str, Any], dtype: Any = None, device: Any = Non
 
 def unpack_one(bucket: Any, dtype_name: str, shape: Sequence[int], offset: int) -> Any:
     """The tensor at ``offset`` of ``bucket``, as a view (no copy)."""
-    import torch
 
     dtype = _dtype(dtype_name)
     size = ipc_bytes(dtype_name, shape)
