@@ -77,6 +77,17 @@ def test_kuhn_poker_deals_from_the_seed_and_a_fixed_opponent_alternates_seats():
     assert "o(" in second.prompt and versus.acting_agents(second) == ("player",)
 
 
+def test_a_state_string_of_digits_comes_with_its_key():
+    """Kuhn Poker's observation is ``<card><chips per player>`` (``211``): the prompt says so, with the deck's size."""
+    for game, cards in (("kuhn_poker", 3), ("kuhn_poker(players=3)", 4)):
+        env = OpenSpielEnv(game=game)
+        prompt = env.reset(Problem("p", {"seed": 1}), 0).prompt
+        state_line = prompt.splitlines()[2]
+        assert state_line.isdigit() and len(state_line) == 1 + env.players
+        assert f"your card (0 is the lowest of the {cards} cards, {cards - 1} the highest" in prompt
+    assert "reads" not in OpenSpielEnv(game="tic_tac_toe").reset(Problem("p", {"seed": 1}), 0).prompt
+
+
 def test_match_move_reads_the_whole_answer_or_the_last_legal_move_written():
     legal = ("Pass", "Bet")
     assert match_move(" bet ", legal) == "Bet"

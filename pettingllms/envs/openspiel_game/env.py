@@ -9,7 +9,9 @@
   position), so a problem replays identically.
 - **Who acts**: the library's ``current_player()`` (``Env.acting_agents``); seats are ``player_<i>``.
 - **Prompt**: the library's observation string for the seat to move (its information state where the game has no
-  observation string), the legal moves as ``action_to_string`` writes them, and why the last attempt was refused.
+  observation string), a key to it where the library writes only digits (Kuhn Poker's ``211``: the card, then the
+  chips in the pot; Liar's Dice), the legal moves as ``action_to_string`` writes them, and why the last attempt was
+  refused.
 - **Moves**: a response naming exactly one legal move, or ending with one (the last legal move written in it as a
   word of its own: ``Beta`` names no ``Bet``);
   anything else is invalid: the seat moves again, and its ``max_invalid``-th invalid move in a row forfeits. Every
@@ -41,6 +43,14 @@ from pettingllms.envs.common.server_opponent import ServerOpponent
 from pettingllms.envs.seats import example_problems, seeded_problems
 
 OPPONENTS = ("self", "random", "mcts", "server")
+# How to read a library state string that is only digits: per game (short name), formatted with ``players``
+# (the deck of Kuhn Poker holds players + 1 cards). Other games' strings (boards, Leduc's labelled fields) read as
+# they are.
+LEGENDS = {
+    "kuhn_poker": "The state reads: your card (0 is the lowest of the {cards} cards, {top} the highest; the highest "
+                  "card in a showdown wins), then the chips each player has put in the pot, player 0 first.",
+    "liars_dice": "The state reads: your dice, then the bids so far, each written quantity-face.",
+}
 TRAINED = "player"  # the one agent when the other seats are played by a fixed opponent
 
 
@@ -270,7 +280,8 @@ class OpenSpielEnv(Env):
         else:
             seen = str(state)
         moves = [state.action_to_string(player, a) for a in state.legal_actions()]
-        lines = [f"You are player {player} in the game {kind.long_name}.", "Current state:", seen,
+        legend = LEGENDS.get(kind.short_name, "").format(cards=self.players + 1, top=self.players)
+        lines = [f"You are player {player} in the game {kind.long_name}.", "Current state:", seen, legend,
                  f"Legal moves: {', '.join(moves)}", refused,
                  f"Answer with exactly one legal move, written as listed (for example: {moves[0]})."]
         return "\n".join(line for line in lines if line)
