@@ -109,7 +109,8 @@ def parse_overrides(overrides: Sequence[str]) -> list:
             (override,) = OverridesParser.create().parse_overrides([text])
         except HydraException as exc:
             raise ConfigError(f"cannot parse the override {text!r}: {_first_line(exc)}. Overrides are key=value "
-                              f"(Hydra's grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)") from exc
+                              f"(Hydra's grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+                              f"{_quoting_hint(text)}") from exc
         key = override.key_or_group
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             raise ConfigError(
@@ -119,6 +120,15 @@ def parse_overrides(overrides: Sequence[str]) -> list:
                 "--config-dir for your own config files")
         parsed.append(override)
     return parsed
+
+
+def _quoting_hint(text: str) -> str:
+    """A value with characters Hydra's grammar reads (an OpenSpiel game's parameters, ``kuhn_poker(players=3)``)
+    parses as one string inside quotes that reach Hydra: the hint shows the shell line that does it."""
+    key, sep, value = text.partition("=")
+    if not sep or not value or value[0] in "'\"[{" or not any(c in value for c in "()=,: "):
+        return ""
+    return f"; a value with ( ) = , : or spaces is one string in quotes, on a shell line: \"{key}='{value}'\""
 
 
 def _open_dict_override(override: str) -> str:

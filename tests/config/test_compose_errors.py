@@ -71,6 +71,19 @@ def test_bad_syntax_and_options_are_named():
         compose("train", ["optim.lr=[1"])
 
 
+def test_a_value_hydra_cannot_parse_unquoted_gets_the_quoted_shell_line_that_works():
+    with pytest.raises(ConfigError) as info:
+        compose("train", ["env.name=openspiel", "env.options.game=kuhn_poker(players=3)"])
+    hint = "\"env.options.game='kuhn_poker(players=3)'\""
+    assert str(info.value).endswith(hint)
+    shell_word = hint.strip('"')  # what the shell hands over from that line
+    cfg = compose("train", ["env.name=openspiel", shell_word])
+    assert cfg.env.options.game == "kuhn_poker(players=3)"
+    with pytest.raises(ConfigError) as info:
+        compose("train", ["optim.lr=[1"])
+    assert "in quotes" not in str(info.value)  # a bracket opens a list: no quoting hint
+
+
 def test_config_names_and_group_options_suggest_the_existing_ones():
     with pytest.raises(ConfigError, match=r"no config named 'quikstart'.*Did you mean 'quickstart'"):
         compose("quikstart")
