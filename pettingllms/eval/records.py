@@ -9,7 +9,8 @@ Definitions (docs/evaluation.md):
 - success_by_turn[t]: the fraction of samples whose state is solved at the end of turn t (an episode that
   stopped earlier keeps its final state), so the last value is the success rate;
 - per agent: ``success_after_action`` is the fraction of the agent's applied actions after which the state was
-  solved; rewards are those of its chosen responses; token counts are of its responses.
+  solved; rewards are those of its chosen responses, per step; ``return_mean`` is its return per episode (its
+  steps' rewards plus, in a game, its result); token counts are of its responses.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def benchmark_summary(records: Sequence[Mapping[str, Any]], ks: Sequence[int], m
         "response_clip_ratio": _mean(float(step["truncated"]) for step in steps),
         "replayed_samples": len(traced),
         "success_by_turn": {str(t): _mean(float(row[t]) for row in traced) for t in range(max_turns)} if traced else {},
-        "agents": agent_summary(steps),
+        "agents": agent_summary(steps, samples),
     }
     seats = seat_summary(s.get("outcomes") or {} for s in samples)
     if seats:
@@ -138,10 +139,17 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def agent_summary(steps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+def agent_summary(steps: Iterable[Mapping[str, Any]],
+                  samples: Iterable[Mapping[str, Any]] = ()) -> dict[str, dict[str, float | None]]:
+    """Per agent: its actions, success after them, its steps' mean rewards and tokens, and ``return_mean``: its
+    return per episode it acted in (``agent_rewards``: its steps' rewards plus a game's result), from ``samples``."""
     by_agent: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for step in steps:
         by_agent[step["agent"]].append(step)
+    returns: dict[str, list[float]] = defaultdict(list)
+    for sample in samples:
+        for agent, value in (sample.get("agent_rewards") or {}).items():
+            returns[agent].append(value)
     out = {}
     for agent, rows in sorted(by_agent.items()):
         ok = [r for r in rows if not r["failed"]]
@@ -151,6 +159,7 @@ def agent_summary(steps: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, flo
             "success_after_action": _mean(float(r["success_after"]) for r in applied),
             "reward_mean": _mean(r["reward"] for r in ok),
             "local_reward_mean": _mean(r["local_reward"] for r in ok),
+            "return_mean": _mean(returns.get(agent, ())),
             "response_tokens_mean": _mean(r["response_tokens"] for r in rows),
             "failed_ratio": _mean(float(r["failed"]) for r in rows),
         }

@@ -40,7 +40,7 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
     agents = Table(title="per agent (solved: after the agent's action)")
     agents.add_column("benchmark", no_wrap=True)
     agents.add_column("agent", no_wrap=True)
-    for column in ("actions", "solved", "reward", "local", "tokens"):
+    for column in ("actions", "solved", "reward/step", "local/step", "return", "tokens"):
         agents.add_column(column, justify="right")
     for key, b in summary["benchmarks"].items():
         by_turn = list(b["success_by_turn"].values())
@@ -50,7 +50,7 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
                          _num(b["turns_mean"]), _pct(b["failed_generation_ratio"]))
         for agent, a in b["agents"].items():
             agents.add_row(key, agent, str(int(a["actions"])), _pct(a["success_after_action"]), _num(a["reward_mean"]),
-                           _num(a["local_reward_mean"]), _num(a["response_tokens_mean"], 1))
+                           _num(a["local_reward_mean"]), _num(a["return_mean"]), _num(a["response_tokens_mean"], 1))
     console.print(headline)
     console.print(agents)
     seats = [(key, _seat_label(seat, b.get("seat")), r) for key, b in summary["benchmarks"].items()

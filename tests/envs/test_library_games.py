@@ -170,6 +170,10 @@ def test_two_training_steps_record_each_seats_results(game, tmp_path):
         for seat in ("player_0", "player_1"):
             rates = [row[f"episode/{seat}/{name}_rate"] for name in ("win", "draw", "loss")]
             assert sum(rates) == pytest.approx(1.0)
+            # every immediate reward is 0: a return is the seat's result once, within the game's range (a forfeit
+            # after an invalid move used to count -2 in tree mode)
+            bound = 2.0 if "kuhn_poker" in game[1] else 1.0
+            assert abs(row.get(f"policy_0/{seat}/episode_return_mean", 0.0)) <= bound  # a seat may never act
 
 
 def test_eval_of_a_game_run_reports_win_rates_with_intervals_against_the_random_opponent(tmp_path, capsys):
@@ -186,7 +190,11 @@ def test_eval_of_a_game_run_reports_win_rates_with_intervals_against_the_random_
     assert player["games"] == 8
     low, high = player["loss_ci95"]
     assert 0.0 <= low <= player["loss_rate"] <= high <= 1.0
-    assert "per seat (games)" in capsys.readouterr().out
+    # every immediate reward is 0 and the player moves in every game: its return is its result, counted once
+    returns = result.summary["benchmarks"]["openspiel/procedural"]["agents"]["player"]["return_mean"]
+    assert returns == pytest.approx(player["outcome_mean"])
+    out = capsys.readouterr().out
+    assert "per seat (games)" in out, out
 
 
 def test_textarenas_random_opponent_draws_from_the_moves_the_library_lists_and_replays_identically():
