@@ -224,6 +224,33 @@ def benchmark_sets(env: Env, data_root: str | Path, benchmark: Any, limit: int =
     return out
 
 
+def shared_problems(training: Sequence[Problem], benchmarks: Mapping[str, Sequence[Problem]]) -> dict[str, list[str]]:
+    """Per validation set, the problem ids it shares with the training problems (the first 5 of each): validation
+    that scores tasks the policy trains on measures memory, not skill. Empty when every set is disjoint."""
+    trained = {p.problem_id for p in training}
+    out = {}
+    for label, problems in benchmarks.items():
+        shared = [p.problem_id for p in problems if p.problem_id in trained]
+        if shared:
+            out[label] = shared[:5] + ([f"... {len(shared)} in all"] if len(shared) > 5 else [])
+    return out
+
+
+def check_disjoint(env: Env, training: Sequence[Problem], benchmarks: Mapping[str, Sequence[Problem]]) -> list[str]:
+    """Refuse an env whose own "test" split shares task ids with its "train" split (``procedural_problems`` promises
+    disjoint splits: an agent program's ``tasks`` too); returns a warning for each file or hub set that shares ids
+    with the training data (training and validating on one file may be meant, and is said)."""
+    warnings = []
+    for label, ids in shared_problems(training, benchmarks).items():
+        if label == PROCEDURAL:
+            raise DataError(f"{type(env).__name__}.procedural_problems: the 'test' split shares task ids with "
+                            f"'train' ({', '.join(ids)}), so validation would score tasks the run trains on; make "
+                            f"the splits disjoint (check-env checks the first few)")
+        warnings.append(f"validation set {label!r} shares problem ids with the training data ({', '.join(ids)}): "
+                        f"its scores include problems the run trains on")
+    return warnings
+
+
 def describe_data(env: Env, data_root: str | Path, dataset: Any, benchmark: Any) -> list[str]:
     """Where a run's problems come from (``--dry-run``), reading every row of every local file and checking it as
     the run will (hub datasets are read at start-up). Raises DataError."""

@@ -9,7 +9,8 @@ Reads top to bottom (``arun``):
    in the log) and its calls are dropped; if every run of the rollout failed, the rollout raises the first failure;
 4. each call of a finished run becomes a sample of its agent with the agent's return as reward, in the group
    (task slot, ``WHOLE_EPISODE``, agent): trajectory GRPO over the task's K runs. An agent that made no call
-   contributes nothing; one that made calls but got no reward fails its run.
+   contributes nothing (logged the first time it happens in training); one that made calls but got no reward fails
+   its run. A rollout whose finished runs made no call at all has nothing to train and raises.
 
 A program is not forkable: tree sampling needs an env whose state can be copied, so programs train in
 ``rollout.mode=trajectory`` (the plan refuses another mode).
@@ -67,6 +68,7 @@ class ProgramRollout:
         self.env, self.agents, self.clients, self.config = env, dict(agents), dict(clients), config
         self.gateway = Gateway(clients, config.max_prompt_length, config.max_response_length).start()
         self._rollouts = 0
+        self._silent_logged: set[str] = set()  # agents already logged as having made no call in a training rollout
 
     def close(self) -> None:
         self.gateway.close()
@@ -110,9 +112,11 @@ class ProgramRollout:
             if len(failed) == len(runs):
                 raise ProgramFailed(f"every one of the {len(runs)} program runs failed; the first ({first.episode}, "
                                     f"task {first.problem.problem_id!r}): {first.error}\n{first.trace or ''}".rstrip())
-            log.warning("%d of %d program runs failed (their calls are not trained on); the first, %s (task %r): %s%s",
-                        len(failed), len(runs), first.episode, first.problem.problem_id, first.error,
+            dropped = "left out of the scores" if validation else "their calls are not trained on"
+            log.warning("%d of %d program runs failed (%s); the first, %s (task %r): %s%s", len(failed), len(runs),
+                        dropped, first.episode, first.problem.problem_id, first.error,
                         f"\n{first.trace}" if first.trace else "")
+        self._check_called(runs, calls, validation)
         # 4. Samples from the finished runs' calls.
         samples, episodes = [], []
         for run in runs:
@@ -131,15 +135,40 @@ class ProgramRollout:
     # -------------------------------------------------------------------------------------------- one run
     def _play(self, run: _Run) -> None:
         key = self.gateway.key_for(run.key)
+        start = time.perf_counter()
         try:
             value = asyncio.run(asyncio.wait_for(
                 self.env.play(dict(run.problem.data), self.gateway.base_url, key), self.env.timeout_s))
             run.rewards = checked_rewards(value, list(self.agents))
         except asyncio.TimeoutError:
             run.error = f"the program did not finish within env.options.timeout={self.env.timeout_s:g} s"
-        except Exception as exc:  # the program's own failure: recorded with its traceback, the run goes on
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # the program's own failure (sys.exit included): recorded, the run goes on
             run.error = f"the program raised {type(exc).__name__}: {exc}"
             run.trace = "".join(traceback.format_exception(exc)).rstrip()
+        took = time.perf_counter() - start
+        if run.error is None and took > self.env.timeout_s:  # wait_for cannot stop a call that blocks the loop
+            run.error = (f"the program took {took:.1f} s, past env.options.timeout={self.env.timeout_s:g} s: a "
+                         f"blocking call inside async def run holds its event loop (await it, or run it with "
+                         f"asyncio.to_thread)")
+
+    def _check_called(self, runs: Sequence[_Run], calls: Mapping[str, Sequence[Call]], validation: bool) -> None:
+        """A rollout whose finished runs made no call trains nothing: refused. In training, an agent that made no
+        call in any run is logged the first time (it is not trained while it makes none)."""
+        finished = [run for run in runs if run.error is None]
+        made = {c.agent for run in finished for c in calls[run.episode]}
+        if finished and not made:
+            raise EnvError(f"the program made no model call in any of the {len(finished)} runs that finished: there "
+                           f"is nothing to train or score. Its calls must reach the run's gateway: the base_url and "
+                           f"api_key run() is given, with model=<agent name> ({sorted(self.agents)}); "
+                           f"`pettingllms check-env program --option program=<module>` shows what it does")
+        silent = sorted(set(self.agents) - made - self._silent_logged)
+        if finished and silent and not validation:
+            self._silent_logged.update(silent)
+            log.warning("agent(s) %s made no call in any of this step's %d finished program runs, so they are not "
+                        "trained this step (logged once per agent); the program's calls name an agent with "
+                        "model=<agent name>", silent, len(finished))
 
     def _check_rewarded(self, run: _Run, calls: Sequence[Call]) -> None:
         """A run whose agent made calls but got no reward fails; a non-finite reward follows reward.non_finite."""
@@ -165,6 +194,7 @@ class ProgramRollout:
                 episode=run.episode, problem_id=run.problem.problem_id, branch=run.branch,
                 prompt_ids=call.prompt_ids, response_ids=call.completion.token_ids,
                 response_logprobs=call.completion.logprobs, reward=reward if usable else 0.0,
+                local_reward=reward if usable else 0.0,  # a program's reward is its agent's own
                 temperature=call.sampling.temperature, adapter=spec.adapter, failed=call.completion.failed,
                 nonfinite_reward=not usable, truncated=call.completion.finish_reason == FINISH_LENGTH,
                 response_text=call.completion.text,
@@ -183,7 +213,8 @@ class ProgramRollout:
             team_reward=sum(usable.values()) / len(usable) if usable else 0.0, agent_rewards=dict(usable),
             error=run.error, nonfinite_rewards=len(rewards or {}) - len(usable),
             transcript=[{"turn": c.index, "agent": c.agent, "prompt": self._decode(c), "response": c.completion.text,
-                         "reward": usable.get(c.agent, 0.0), "team_reward": 0.0, "local_reward": 0.0}
+                         "reward": usable.get(c.agent, 0.0), "team_reward": 0.0,
+                         "local_reward": usable.get(c.agent, 0.0)}
                         for c in calls],
         )
 
@@ -215,7 +246,7 @@ def check_program(env: AgentProgram, seed: int = 0, name: str | None = None, run
     garbage = random_responses(64, seed)
     scripts = {"runs finish on plain answers": lambda prompt, k, request: "42",
                "runs finish on garbage answers": lambda prompt, k, request: garbage[len(prompt) % len(garbage)]}
-    called: set[str] = set()
+    called: set[str] | None = None  # the agents that called in any run, failed runs included
     for check, script in scripts.items():
         try:
             result = _scripted_rollout(env, script, test[:2], runs)
@@ -227,7 +258,10 @@ def check_program(env: AgentProgram, seed: int = 0, name: str | None = None, run
         detail = (f"{len(failures)} of {len(result.episodes)} runs failed; the first: {failures[0].error}" if failures
                   else f"{nonfinite} non-finite reward(s)" if nonfinite else "")
         report.results.append(CheckResult(check, not detail, detail))
-        called |= {s.agent for s in result.samples}
+        called = (called or set()) | {entry["agent"] for e in result.episodes for entry in e.transcript}
+    if called is None:
+        report.results.append(CheckResult("every agent calls", False, "not checked: every run failed (above)"))
+        return report
     silent = [agent for agent in env.graph.agents if agent not in called]
     report.results.append(CheckResult(
         "every agent calls", not silent, f"{silent} made no call in any run: is each the `model` name the program "

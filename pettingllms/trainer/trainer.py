@@ -33,7 +33,7 @@ from pettingllms.config.schema import Config
 from pettingllms.core import DamagedCheckpointError, Sample, StoppedBySignal
 from pettingllms.core.env import has_outcome
 from pettingllms.core.part_clock import PartClock
-from pettingllms.data.problems import benchmark_sets, training_problems
+from pettingllms.data.problems import benchmark_sets, check_disjoint, training_problems
 from pettingllms.rollout.program import ProgramRollout, rollout_for
 from pettingllms.runtime import checkpoints as ckpt
 from pettingllms.runtime.group import PolicyGroup
@@ -101,6 +101,8 @@ class Trainer:
         check_engines(self.plan)
         self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset, cfg.training.seed)
         self.benchmarks = benchmark_sets(self.plan.env, cfg.env.data_root, cfg.env.benchmark, cfg.env.max_val_problems)
+        for warning in check_disjoint(self.plan.env, self.train_problems, self.benchmarks):
+            log.warning("%s", warning)
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
         # What --dry-run checks, again, before a worker starts: models found (or downloadable) and named by key ...
         locate_models(cfg, self.plan)

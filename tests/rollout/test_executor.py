@@ -185,7 +185,9 @@ def test_rollout_is_deterministic(make_executor):
     ex, _ = make_executor(env, by_branch, branching=4, select="sample")
     a = ex.run(problems(4), seeds=[5, 6, 7, 8])
     b = ex.run(problems(4), seeds=[5, 6, 7, 8])
-    key = lambda r: [(s.group, s.branch, s.response_ids, s.reward, s.chosen) for s in r.samples]
+    def key(r):
+        return [(s.group, s.branch, s.response_ids, s.reward, s.chosen) for s in r.samples]
+
     assert key(a) == key(b)
 
 

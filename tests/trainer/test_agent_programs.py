@@ -19,6 +19,8 @@ from pettingllms.core import ConfigError
 PROGRAM = textwrap.dedent('''
     import itertools
     import os
+    import sys
+    import time
     from openai import AsyncOpenAI
 
     CALLS = []
@@ -33,6 +35,10 @@ PROGRAM = textwrap.dedent('''
         mode = os.environ.get("DUO_MODE", "both")
         if mode == "raise_half" and next(RUNS) % 2:
             raise ValueError(f"the program failed on task {task['id']}")
+        if mode == "exit_half" and next(RUNS) % 2:
+            sys.exit("could not parse the answer")  # a script's habit: a failed run, never the training's end
+        if mode == "no_calls":
+            return {"a": 1.0, "b": 0.0}
         if mode == "unknown_model":
             await client.chat.completions.create(model="critic", messages=[{"role": "user", "content": "hi"}])
         messages = [{"role": "user", "content": f"Say a number near {task['x']}."}]
@@ -47,6 +53,8 @@ PROGRAM = textwrap.dedent('''
         else:
             rewards["b"] = 0.0  # b made no call: it contributes nothing
         await client.close()
+        if mode == "block_half" and next(RUNS) % 2:
+            time.sleep(1.5)  # blocks the event loop past env.options.timeout=1, then returns: wait_for cannot stop it
         return rewards
 ''')
 TRAIN = ["train", "env.name=program", "env.options.program=duo_program", "env.agents=[a,b]", "specialization=L2",
@@ -158,6 +166,25 @@ def test_a_failing_program_is_recorded_and_a_step_where_all_fail_stops_the_run(p
     assert "NotFoundError" in text and "'critic' is not an agent of this run" in text and "['a', 'b']" in text
 
 
+def test_a_program_that_exits_or_blocks_fails_its_run_and_one_that_never_calls_is_refused(program_dir, monkeypatch):
+    for mode, extra, cause in (("exit_half", [], "the program raised SystemExit: could not parse the answer"),
+                               ("block_half", ["env.options.timeout=1"], "a blocking call inside async def run")):
+        monkeypatch.setenv("DUO_MODE", mode)
+        out = program_dir / mode
+        assert main([*TRAIN, f"training.log_dir={out}", "training.total_training_steps=1", *extra]) == 0
+        assert _rows(out)[0]["episode/error_ratio"] == 0.5
+        (log,) = out.glob("**/train.log")
+        assert cause in log.read_text()
+    monkeypatch.setenv("DUO_MODE", "no_calls")  # rewards returned, but no call: nothing to train
+    assert main([*TRAIN, f"training.log_dir={program_dir / 'none'}", "training.total_training_steps=1"]) != 0
+    (log,) = (program_dir / "none").glob("**/train.log")
+    assert "the program made no model call in any of the 4 runs that finished" in log.read_text()
+    monkeypatch.setenv("DUO_MODE", "a_only")  # b never calls: it trains on nothing, and the log says so once
+    assert main([*TRAIN, f"training.log_dir={program_dir / 'a_only'}"]) == 0
+    (log,) = (program_dir / "a_only").glob("**/train.log")
+    assert log.read_text().count("agent(s) ['b'] made no call in any of this step's 4 finished program runs") == 1
+
+
 def test_tree_mode_and_a_program_without_agents_are_refused_with_the_fix(program_dir):
     from pettingllms.assembly.plan import plan
     from pettingllms.core import EnvError
@@ -177,7 +204,13 @@ def test_check_env_passes_the_program_and_names_what_a_broken_one_does_wrong(pro
     assert "['b'] made no call in any run" in capsys.readouterr().out
     monkeypatch.setenv("DUO_MODE", "raise_half")
     assert main(["check-env", "program", "--option", "program=duo_program", "--option", "agents=[a,b]"]) == 1
-    assert "runs failed; the first: the program raised ValueError" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "runs failed; the first: the program raised ValueError" in out
+    assert "['a', 'b'] made no call" not in out  # a called, in the runs that failed too
+    monkeypatch.setenv("DUO_MODE", "unknown_model")  # every run fails: whether each agent calls is not known
+    assert main(["check-env", "program", "--option", "program=duo_program", "--option", "agents=[a,b]"]) == 1
+    out = capsys.readouterr().out
+    assert "every agent calls: not checked: every run failed (above)" in out and "made no call" not in out
 
 
 # The same shape written with an agent framework (the OpenAI Agents SDK): two agents, each its own `Agent` with
