@@ -24,8 +24,11 @@ def changed_keys(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[s
     """(dotted key, old value, new value) for every key whose value differs, sorted by key; ``ABSENT`` on the side
     that lacks the key."""
     before, after = flatten(old), flatten(new)
-    return [(key, before.get(key, ABSENT), after.get(key, ABSENT)) for key in sorted(before.keys() | after.keys())
-            if before.get(key, ABSENT) != after.get(key, ABSENT)]
+    keys = before.keys() | after.keys()
+    changes = [(key, before.get(key, ABSENT), after.get(key, ABSENT)) for key in sorted(keys)
+               if before.get(key, ABSENT) != after.get(key, ABSENT)]
+    # an empty section that gained (or lost) keys is named by those keys, not also as `{} -> (absent)`
+    return [c for c in changes if not (ABSENT in c[1:] and {} in c[1:] and any(k.startswith(c[0] + ".") for k in keys))]
 
 
 def describe_changes(changes: list[tuple[str, Any, Any]]) -> str:

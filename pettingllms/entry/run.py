@@ -66,7 +66,7 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     if codecs is not None and previews is not None:
         attempt(check_first_prompts, cfg, run_plan, codecs, *previews)
     placement = attempt(check_here, [spec.layout for spec in run_plan.worker_specs], cpu_budget(cfg))
-    resume = attempt(resume_line, cfg.training)
+    resume = attempt(resume_line, cfg)
     lines = [describe_plan(run_plan), f"placement: {placement if placement is not None else '(see the problems)'}",
              *describe_engines(run_plan), *data,
              *(describe_models(sources, codecs) if sources is not None and codecs is not None else []),
@@ -74,17 +74,20 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     return lines, problems
 
 
-def resume_line(training) -> str:
+def resume_line(cfg) -> str:
     """What the run would continue from, its files checked as a resume checks them (index, shard sizes, RNG states,
-    nothing leading out of the step directory); raises their one-line refusal."""
-    from pettingllms.runtime import checkpoints as ckpt
+    nothing leading out of the step directory) and its config against this one's (``resume_identity``); raises
+    their one-line refusal."""
+    from pettingllms.config.load import to_dict
+    from pettingllms.trainer.resume_identity import check_resume
     from pettingllms.trainer.run_dir import resume_point
 
+    training = cfg.training
     point = resume_point(training.log_dir, training.experiment_name, training.resume)
     if point is None or point[1] is None:
         return "resume:   none (a fresh run directory)"
-    ckpt.check_checkpoint(point[1])
-    return f"resume:   {point[1]} (its files checked)"
+    check_resume(point[1], to_dict(cfg), auto=training.resume == "auto")
+    return f"resume:   {point[1]} (its files and config checked)"
 
 
 def train(cfg):

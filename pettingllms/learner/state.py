@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
+from pettingllms.core.errors import ConfigError
 from pettingllms.learner.weights import trained_parameter_names
 
 FORMAT = 2
@@ -60,13 +61,16 @@ def check_meta(view: StateView, meta: Mapping[str, Any], what: str) -> None:
     """Raise unless a saved state fits this learner: format, adapters, frozen adapters, KL on or off."""
     if meta.get("format") != FORMAT:
         raise ValueError(f"{what} format {meta.get('format')!r} is not {FORMAT}")
+    fix = ("; resume with the agents, adapters and KL setting the checkpoint was trained with, or start afresh "
+           "(training.resume=none or another training.experiment_name)")
     if list(meta["adapter_names"]) != list(view.adapter_names) or sorted(meta["frozen"]) != sorted(view.frozen):
-        raise ValueError(
+        raise ConfigError(
             f"{what} was saved with adapters {meta['adapter_names']} (frozen {meta['frozen']}); "
-            f"this learner has {list(view.adapter_names)} (frozen {sorted(view.frozen)})"
+            f"this learner has {list(view.adapter_names)} (frozen {sorted(view.frozen)}){fix}"
         )
     if len(meta["kl_coefs"]) != len(view.kl_controllers):
-        raise ValueError(f"{what} and this learner disagree on whether the KL loss is on")
+        raise ConfigError(f"{what} and this learner disagree on whether the KL loss is on "
+                          f"(algorithm.kl.init_kl_coeff > 0){fix}")
 
 
 def configured_hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ from pettingllms.trainer.run_lock import RunLock
 from pettingllms.trainer.signal_watch import SignalWatch
 from pettingllms.trainer.progress import StepProgress
 from pettingllms.trainer.step_timing import breakdown, measured_parts, slowest_update
+from pettingllms.trainer.resume_identity import check_resume, comparable
 from pettingllms.trainer.run_dir import (
     resume_point,
     truncate_summary,
@@ -53,7 +54,6 @@ from pettingllms.trainer.run_dir import (
 from pettingllms.trainer.tracking import make_trackers
 
 log = logging.getLogger("pettingllms.trainer")
-RESUME_NEUTRAL_KEYS = ("resume", "stop_after_steps")  # may differ between a run and its resumption
 
 
 @dataclass
@@ -114,6 +114,8 @@ class Trainer:
         codecs.update({name: codecs[policy] for name, (policy, _) in self.plan.servers.items() if policy in codecs})
         check_first_prompts(cfg, self.plan, codecs, self.train_problems, self.benchmarks)
         self.run_dir, resume_from = self._choose_run_dir()
+        if resume_from is not None:  # before anything is written into the run it would continue
+            check_resume(resume_from, to_dict(cfg), auto=cfg.training.resume == "auto")
         self._release.callback(RunLock.acquire(self.run_dir).release)  # one writer per run, from here on
         self._file_log = attach_file_logger(self.run_dir)
         self._release.callback(self._detach_file_log)
@@ -336,7 +338,7 @@ class Trainer:
         if state["config_hash"] != self._config_hash():
             changes = "its config is not recorded (written by an older version)"
             if "config" in state:
-                old, new = self._comparable(state["config"]), self._comparable(to_dict(self.cfg))
+                old, new = comparable(state["config"]), comparable(to_dict(self.cfg))
                 changes = describe_changes(changed_keys(old, new))
             log.warning("config differs from the checkpoint's (%s): %s; resuming with this start's values (optimizer "
                         "and schedule settings apply from step %d on)", checkpoint, changes, int(state["step"]) + 1)
@@ -376,14 +378,9 @@ class Trainer:
         return "\n".join(header) + "\n" + to_yaml(self.cfg)
 
     def _config_hash(self) -> str:
-        values = self._comparable(to_dict(self.cfg))
+        values = comparable(to_dict(self.cfg))
         return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    @staticmethod
-    def _comparable(values: dict) -> dict:
-        """A config's values without the keys a resumption may change freely (``RESUME_NEUTRAL_KEYS``)."""
-        training = {k: v for k, v in values.get("training", {}).items() if k not in RESUME_NEUTRAL_KEYS}
-        return {**values, "training": training}
 
     # ------------------------------------------------------------------------------------------- helpers
     def _log(self, step: int, metrics: dict[str, float]) -> None:
