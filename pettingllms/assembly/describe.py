@@ -41,6 +41,7 @@ def describe_plan(run_plan: RunPlan, memory: bool = True) -> str:
     for worker in run_plan.worker_specs:
         policy = run_plan.policies[worker.base_policy]  # a pool worker plays its policy's agents
         lines.append(f"policy:   {worker.describe()}; agents {', '.join(policy.agents)}")
+    lines += [f"warning:  {note}" for note in run_plan.notes]  # settings that change nothing here
     if memory and run_plan.memory is not None:  # policies on GPUs: the per-GPU memory plan (assembly/memory.py)
         lines.append(run_plan.memory.describe())
     return "\n".join(lines)

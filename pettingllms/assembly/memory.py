@@ -137,6 +137,7 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         batched_tokens=int(llm_options.get("max_num_batched_tokens") or 0),
         max_seqs=int(llm_options.get("max_num_seqs") or 0),
         snapshot_of=spec.snapshot_of,
+        config_key=spec.config_key,
         module_on_host=spec.module_on_host,
     )
 

@@ -73,7 +73,8 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
         choices = [g for g in range(start + step, max(64, 8 * start) + 1, step)]
         fitting = _smallest(choices, lambda g: _evaluate(_with_gpus(policies, g), gpu_bytes)[1])
         gpus = fitting if fitting is not None else choices[-1]
-        add(f"GPU_num={gpus} (resources.gpus_per_policy={gpus}: more FSDP ranks, smaller shards)",
+        tried = "" if fitting is not None else ", the most tried"
+        add(f"GPU_num={gpus} (resources.gpus_per_policy={gpus}{tried}: more FSDP ranks, smaller shards)",
             _with_gpus(policies, gpus))
     elif any(0 < p.gpus < 1 for p in trained):
         add("GPU_num=1 (a GPU of its own for every policy)", _with_gpus(policies, 1))
@@ -83,34 +84,35 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
         names = ", ".join(p.name for p in full)
         add(f"specialization=L2 (LoRA rank 16 on {names}, one adapter per agent; or base_models.<policy>.lora."
             "rank=16 for one shared adapter)", changed)
+    # One fix per base_models.<key> (an L3 copy policy_<agent> is set through the entry it copies), changing every
+    # policy that key configures, as the override would.
     pooled = {p.snapshot_of for p in policies if p.snapshot_of}
-    configured = [p for p in policies if not p.snapshot_of]  # one per base_models.<p> key
+    configured = list({p.config_name: p for p in reversed(policies) if not p.snapshot_of}.values())[::-1]
     for p in configured:
-        if p.name in pooled:  # its opponent pool's engine is one GPU's: tensor parallelism is refused there
-            continue
+        if any(q.name in pooled for q in policies if q.config_name == p.config_name):
+            continue  # its opponent pool's engine is one GPU's: tensor parallelism is refused there
         if p.gpus >= 1 and p.gpus % (2 * p.tensor_parallel) == 0 and engine_short(p, gpu_bytes):
             tp = p.tensor_parallel * 2
             while p.gpus % (2 * tp) == 0 and engine_short(dataclasses.replace(p, tensor_parallel=tp), gpu_bytes):
                 tp *= 2
-            add(f"base_models.{p.name}.tensor_parallel={tp} (vLLM's weights split over {tp} GPUs: room for its KV "
-                "cache)",
-                [dataclasses.replace(q, tensor_parallel=tp) if q is p else q for q in policies])
+            add(f"base_models.{p.config_name}.tensor_parallel={tp} (vLLM's weights split over {tp} GPUs: room for "
+                "its KV cache)", with_twins(policies, p, pools=False, tensor_parallel=tp))
     for p in configured:
         if p.longest_sample and p.max_model_len > p.longest_sample and engine_short(p, gpu_bytes):
-            add(f"++base_models.{p.name}.engine_options.max_model_len={p.longest_sample} (vLLM reserves room for one "
-                f"sequence of {p.max_model_len} tokens; this run's prompt + response is at most {p.longest_sample})",
-                with_twins(policies, p, max_model_len=p.longest_sample))
-    for p in trained:
-        if not p.learner.cpu_offload:
-            enable = "" if p.learner.sharded else f"base_models.{p.name}.fsdp.enabled=true "
-            changed = [_learner(q, cpu_offload=True, sharded=True) if q is p else q for q in policies]
-            add(f"{enable}base_models.{p.name}.fsdp.cpu_offload=true (weights, gradients, AdamW state in host "
-                "memory; slower)", changed)
+            add(f"++base_models.{p.config_name}.engine_options.max_model_len={p.longest_sample} (vLLM reserves room "
+                f"for one sequence of {p.max_model_len} tokens; this run's prompt + response is at most "
+                f"{p.longest_sample})", with_twins(policies, p, max_model_len=p.longest_sample))
+    for key in dict.fromkeys(p.config_name for p in trained if not p.learner.cpu_offload):
+        mine = [q for q in trained if q.config_name == key]
+        enable = "" if all(q.learner.sharded for q in mine) else f"base_models.{key}.fsdp.enabled=true "
+        changed = [_learner(q, cpu_offload=True, sharded=True) if q in mine else q for q in policies]
+        add(f"{enable}base_models.{key}.fsdp.cpu_offload=true (weights, gradients, AdamW state in host "
+            "memory; slower)", changed)
     for p in configured:
         utilization = _utilization(policies, p, gpu_bytes)
         if utilization is not None and utilization != p.utilization:
-            add(f"++base_models.{p.name}.engine_options.gpu_memory_utilization={utilization:g} (vLLM's budget: "
-                "less KV cache)", with_twins(policies, p, utilization=utilization))
+            add(f"++base_models.{p.config_name}.engine_options.gpu_memory_utilization={utilization:g} (vLLM's "
+                "budget: less KV cache)", with_twins(policies, p, utilization=utilization))
     found.sort(key=lambda fix: (not fix.fits, fix.peak))
     if found and not any(fix.fits for fix in found):
         together = _all_together(policies, gpu_bytes)

@@ -86,17 +86,21 @@ class PolicyInput:
     max_seqs: int = 0  # vLLM's max_num_seqs when llm_options sets it (0: vLLM's default)
     snapshot_of: str = ""  # an opponent-pool worker: the trained policy whose config (base_models.<p>) it shares
     module_on_host: bool = False  # its module stays in host memory (a vLLM pool worker stages past versions there)
+    config_key: str = ""  # the base_models.<key> its settings come from ("": its name, or its pool's policy's)
 
     @property
     def config_name(self) -> str:
-        """The ``base_models.<name>`` its settings come from (a pool worker's are its policy's)."""
-        return self.snapshot_of or self.name
+        """The ``base_models.<name>`` its settings come from: an L3 copy's source entry, a pool worker's policy's."""
+        return self.config_key or self.snapshot_of or self.name
 
 
-def with_twins(policies: Sequence[PolicyInput], target: PolicyInput, **changes: Any) -> list[PolicyInput]:
+def with_twins(policies: Sequence[PolicyInput], target: PolicyInput, pools: bool = True,
+               **changes: Any) -> list[PolicyInput]:
     """``policies`` with ``changes`` made to ``target`` and to every input configured by the same
-    ``base_models.<p>`` (its opponent-pool worker), as a change of that config key would."""
-    return [dataclasses.replace(q, **changes) if q.config_name == target.config_name else q for q in policies]
+    ``base_models.<p>`` (L3's copies of it, and with ``pools`` their opponent-pool workers), as a change of that
+    config key would."""
+    return [dataclasses.replace(q, **changes) if q.config_name == target.config_name and (pools or not q.snapshot_of)
+            else q for q in policies]
 
 
 def without_pools_of(policies: Sequence[PolicyInput], names: set[str]) -> list[PolicyInput]:
@@ -226,7 +230,8 @@ class GpuPlan:
                              f"{gb(p.engine_profile)}), less than the KV cache of one {p.policy.max_model_len}-token "
                              f"sequence ({gb(need)}): vLLM refuses to start")
         if self.peak > self.gpu_bytes:
-            found.append(f"the {self.peak_phase} peaks at {gb(self.peak)} > {gb(self.gpu_bytes)}")
+            names = " + ".join(p.policy.name for p in self.policies)
+            found.append(f"{names}: the {self.peak_phase} peaks at {gb(self.peak)} > {gb(self.gpu_bytes)}")
         return found
 
     @property

@@ -14,6 +14,7 @@ from pettingllms.config.frozen import thaw
 from pettingllms.config.graph import acting_graph
 from pettingllms.config.specialization import AgentPlan, PolicyPlan, plan_run
 from pettingllms.assembly.memory import MemoryPlan, check_gpu_memory, planned_utilizations
+from pettingllms.assembly.no_effect import no_effect
 from pettingllms.assembly.opponent_pool import OpponentPool, check_pool, full_policies, slot_adapters, snapshot_policy
 from pettingllms.config.schema import AgentServerConfig, Config, EvalRunConfig
 from pettingllms.core import Agent, ConfigError, Env, PettingLLMsError, Problem, PromptTooLongError
@@ -48,6 +49,7 @@ class RunPlan:
     # chat template renders its prompts; the server's settings)
     servers: dict[str, tuple[str, AgentServerConfig]] = dataclasses.field(default_factory=dict)
     pool: OpponentPool | None = None  # training: the opponent pool (self_play.*; size 0 when off); None in evaluation
+    notes: tuple[str, ...] = ()  # settings with no effect in this run (assembly/no_effect.py)
 
     def resolved(self, directories: Mapping[str, str | Path] | None = None) -> "RunPlan":
         """The plan with every worker spec's model directory stored, resolved once per policy per run: the step
@@ -142,7 +144,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
                                                               "gpu_memory_utilization": sized[spec.policy]})
                     if spec.policy in sized else spec for spec in worker_specs]
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory,
-                   servers=servers, pool=pool)
+                   servers=servers, pool=pool, notes=tuple(no_effect(cfg)))
 
 
 def executor_config_of(cfg: Config) -> ExecutorConfig:
@@ -279,6 +281,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
         adapters, frozen = adapters + slots, frozen + slots
     return WorkerSpec(
         policy=policy.name,
+        config_key=policy.config_key or policy.name,
         model_path=model.path,
         learner=learner_config_of(cfg, model.dtype),
         layout=layout,

@@ -45,13 +45,18 @@ def compose(config_name: str = "train", overrides: Sequence[str] = (), config_di
 
     register_schema()
     overrides = list(overrides)
-    parse_overrides(overrides)
+    parsed = parse_overrides(overrides)
     try:
         with _config_search_path(search_dirs(config_dir)):
             cfg = hydra_compose(config_name=config_name, overrides=[_open_dict_override(o) for o in overrides])
     except MissingConfigException as exc:
         raise ConfigError(_missing_config_message(config_name, config_dir, exc)) from exc
     except (HydraException, OmegaConfBaseException) as exc:
+        groups = list(config_groups(config_dir))
+        root = _schema_of(config_name, config_dir)
+        unknown = list(_override_keys_unknown(parsed, groups, root)) if root is not None else []
+        if any(path in str(exc) for path, _ in unknown):  # Hydra stops at the first misspelt key: name them all
+            raise ConfigError(unknown_keys_message(unknown, root, overrides, groups)) from exc
         raise ConfigError(f"invalid config {config_name!r}: {explain(exc)}") from exc
     check_known_keys(cfg, config_name, overrides, list(config_groups(config_dir)))
     return cfg
@@ -194,8 +199,50 @@ def check_known_keys(cfg: DictConfig, config_name: str = "train", overrides: Seq
                           f"start with `train` (or `eval`, `pettingllms_schema`), e.g. `defaults: [train, _self_]`")
     unknown = list(_unknown_keys(OmegaConf.to_container(cfg, resolve=False), root, ""))
     if unknown:
+        raise ConfigError(unknown_keys_message(unknown, root, overrides, groups))
+
+
+def unknown_keys_message(unknown: Sequence[tuple[str, type]], root: type, overrides: Sequence[str],
+                         groups: Sequence[str]) -> str:
+    """One unknown key: ``unknown_key_message``; several: each with its suggestions, one per line."""
+    if len(unknown) == 1:
         path, schema = unknown[0]
-        raise ConfigError(unknown_key_message(path, schema, root, _override_for(path, overrides), groups))
+        return unknown_key_message(path, schema, root, _override_for(path, overrides), groups)
+    lines = [f"{len(unknown)} unknown config keys:"]
+    for path, schema in unknown:
+        lines.append("  " + unknown_key_message(path, schema, root, _override_for(path, overrides), groups,
+                                                brief=True))
+    return "\n".join([*lines, KEYS_HELP])
+
+
+def _schema_of(config_name: str, config_dir: str | Path | None) -> type | None:
+    """The schema dataclass ``config_name`` composes into without overrides (None if it does not compose)."""
+    from hydra import compose as hydra_compose
+
+    try:
+        with _config_search_path(search_dirs(config_dir)):
+            schema = OmegaConf.get_type(hydra_compose(config_name=config_name))
+    except Exception:  # noqa: BLE001 - the caller reports the original error
+        return None
+    return schema if dataclasses.is_dataclass(schema) else None
+
+
+def _override_keys_unknown(parsed: Sequence[Any], groups: Sequence[str], root: type) -> Iterator[tuple[str, type]]:
+    """The keys of a command line's overrides that ``root`` lacks (config groups left out)."""
+    tree: dict[str, Any] = {}
+    for override in parsed:
+        key = override.key_or_group
+        if "/" in key or key.split(".")[0] in groups:
+            continue
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node.setdefault(leaf, None)
+    yield from _unknown_keys(tree, root, "")
 
 
 def _unknown_keys(node: Any, schema: type, prefix: str) -> Iterator[tuple[str, type]]:
@@ -220,8 +267,9 @@ def _field_types(schema: type) -> dict[str, Any]:
 
 
 def unknown_key_message(path: str, schema: type, root: type = Config, override: str | None = None,
-                        groups: Sequence[str] = ()) -> str:
-    """``unknown config key 'rollout.branchng' (from +rollout.branchng=4). Did you mean 'rollout.branching'?``"""
+                        groups: Sequence[str] = (), brief: bool = False) -> str:
+    """``unknown config key 'rollout.branchng' (from +rollout.branchng=4). Did you mean 'rollout.branching'?``,
+    then the section's keys; ``brief``: ``'rollout.branchng' (from ...). Did you mean ...?`` alone."""
     parent, _, key = path.rpartition(".")
     fields = list(_field_types(schema))
     close = [f"{parent}.{f}" if parent else f for f in difflib.get_close_matches(key, fields, n=3, cutoff=0.6)]
@@ -232,6 +280,8 @@ def unknown_key_message(path: str, schema: type, root: type = Config, override: 
         close += [p for p in schema_keys(root) if p.rsplit(".", 1)[-1] == key and p not in close][:3]
     hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
     where = f" (from {override})" if override else ""
+    if brief:
+        return f"{path!r}{where}.{hint}"
     section = f"{_section_name(parent)} has" if parent else "top-level keys are"
     return f"unknown config key {path!r}{where}.{hint} {section}: {', '.join(fields)}; {KEYS_HELP}"
 

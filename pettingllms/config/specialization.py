@@ -43,6 +43,7 @@ class PolicyPlan:
     agents: tuple[str, ...]  # agents this policy serves
     adapters: tuple[str, ...]  # L2: one adapter per agent; empty otherwise
     frozen_adapters: tuple[str, ...]  # adapters of agents with trainable=false
+    config_key: str = ""  # the base_models.<key> its settings come from: an L3 copy policy_<agent> names the entry
 
     @property
     def trainable(self) -> bool:
@@ -70,10 +71,11 @@ def plan_run(cfg: Config, env_roles: Sequence[str], acting: Sequence[str] | None
         raise ConfigError(f"specialization must be one of {LEVELS}, got {level!r}")
     agent_cfgs = {role: cfg.agents.get(role, AgentConfig()) for role in roles}
     models = dict(cfg.base_models)
+    copied: dict[str, str] = {}  # L3's copies -> the base_models entry each copies
     if level == "L0" and len(roles) != 1:
         raise ConfigError(f"L0 is a single agent: set env.agents=[<one of {list(env_roles)}>], got {roles}")
     if level == "L3":
-        agent_cfgs, models = _split_shared_policies(agent_cfgs, models)
+        agent_cfgs, models, copied = _split_shared_policies(agent_cfgs, models)
     used = {a.policy for a in agent_cfgs.values()}
     missing = sorted(used - set(models))
     if missing:
@@ -83,14 +85,17 @@ def plan_run(cfg: Config, env_roles: Sequence[str], acting: Sequence[str] | None
     if level == "L2" and models[next(iter(used))].lora.rank <= 0:
         raise ConfigError("L2 needs base_models.<policy>.lora.rank > 0 (one LoRA adapter per agent)")
     agents = {role: _agent_plan(role, a, level) for role, a in agent_cfgs.items()}
-    policies = {name: _policy_plan(name, models[name], agents, level) for name in sorted(used)}
+    policies = {name: _policy_plan(name, models[name], agents, level, copied.get(name, name)) for name in sorted(used)}
     return policies, agents
 
 
 def _split_shared_policies(
     agent_cfgs: dict[str, AgentConfig], models: dict[str, ModelConfig]
-) -> tuple[dict[str, AgentConfig], dict[str, ModelConfig]]:
+) -> tuple[dict[str, AgentConfig], dict[str, ModelConfig], dict[str, str]]:
+    """L3: one copy ``policy_<agent>`` of every base_models entry that several agents use; also returns each
+    copy's source entry."""
     users: dict[str, list[str]] = {}
+    copied: dict[str, str] = {}
     for role, a in agent_cfgs.items():
         users.setdefault(a.policy, []).append(role)
     agent_cfgs, models = dict(agent_cfgs), dict(models)
@@ -102,8 +107,9 @@ def _split_shared_policies(
         for role in roles:
             name = f"policy_{role}"
             models[name] = models[policy]  # read-only, so the entries may share it
+            copied[name] = policy
             agent_cfgs[role] = _with_policy(agent_cfgs[role], name)
-    return agent_cfgs, models
+    return agent_cfgs, models, copied
 
 
 def _with_policy(agent: AgentConfig, policy: str) -> AgentConfig:
@@ -131,10 +137,11 @@ def _agent_plan(role: str, a: AgentConfig, level: str) -> AgentPlan:
     )
 
 
-def _policy_plan(name: str, model: ModelConfig, agents: Mapping[str, AgentPlan], level: str) -> PolicyPlan:
+def _policy_plan(name: str, model: ModelConfig, agents: Mapping[str, AgentPlan], level: str,
+                 config_key: str) -> PolicyPlan:
     mine = tuple(role for role, a in agents.items() if a.policy == name)
     frozen = tuple(role for role in mine if not agents[role].trainable)
-    return PolicyPlan(name, model, mine, mine if level == "L2" else (), frozen)
+    return PolicyPlan(name, model, mine, mine if level == "L2" else (), frozen, config_key)
 
 
 def _sampling(s: SamplingConfig, where: str) -> SamplingParams:

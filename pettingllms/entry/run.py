@@ -57,7 +57,8 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
             return None
 
     attempt(check_engines, run_plan)
-    data = attempt(describe_data, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark) or []
+    data = attempt(describe_data, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
+                   cfg.training.train_batch_size) or []
     sources = attempt(locate_models, cfg, run_plan)
     codecs = None if sources is None else attempt(
         chat_codecs, cfg, run_plan, {name: source.directory for name, source in sources.items()})

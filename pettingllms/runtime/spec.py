@@ -48,6 +48,7 @@ class WorkerSpec:
     # The opponent pool of a full-weight policy: the trained policy whose past versions this untrained worker plays
     # ("" for every other worker; ``runtime/snapshots.py``)
     snapshot_of: str = ""
+    config_key: str = ""  # the base_models.<key> its settings come from ("" = ``policy``; an L3 copy's source entry)
 
     @property
     def engine(self) -> str:

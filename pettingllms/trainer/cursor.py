@@ -27,6 +27,15 @@ class DataCursor:
         self.epoch_size = min(self.epoch_size, len(self.problems))
         self._order = self._epoch_order(self.epoch)
 
+    def repeats(self, batch_size: int) -> str | None:
+        """What a step of ``batch_size`` problems does when the epoch is smaller: it runs into the next epoch, so
+        one step holds a problem several times (separate groups, other seeds). None when the batch fits."""
+        if batch_size <= self.epoch_size:
+            return None
+        return (f"training.train_batch_size={batch_size} is more than the {self.epoch_size} problems of an epoch "
+                f"(the training data, or training.epoch_size): every step holds some problems more than once, each "
+                f"a group of its own; lower training.train_batch_size or add problems")
+
     def next_batch(self, batch_size: int) -> list[tuple[Problem, int]]:
         """``batch_size`` (problem, seed) pairs; the seed is unique per draw, so resets never repeat."""
         batch = []

@@ -49,13 +49,21 @@ def resume_refusal(old: Mapping[str, Any], new: Mapping[str, Any], checkpoint: P
 
 
 def check_resume(checkpoint: Path, config: Mapping[str, Any], auto: bool) -> None:
-    """Refuse (ConfigError) a start with ``config`` that must not continue ``checkpoint`` (``resume_refusal``); its
-    files are checked first, as a resume checks them. A checkpoint that records no config is left to the resume."""
+    """Refuse (ConfigError) a start with ``config`` that must not continue ``checkpoint`` (``resume_refusal``), or
+    that has nothing left to train (the checkpoint is at or past ``training.total_training_steps``); its files are
+    checked first, as a resume checks them. A checkpoint that records no config is left to the resume."""
     from pettingllms.core import ConfigError
     from pettingllms.runtime import checkpoints as ckpt
 
     ckpt.check_checkpoint(checkpoint)
-    old = ckpt.read_trainer_state(checkpoint).get("config")
+    state = ckpt.read_trainer_state(checkpoint)
+    old = state.get("config")
     refusal = resume_refusal(old, config, checkpoint, auto) if old is not None else None
     if refusal is not None:
         raise ConfigError(refusal)
+    total = int(config.get("training", {}).get("total_training_steps", 0))
+    if int(state["step"]) >= total:  # a rerun of a finished command would train nothing and exit 0
+        raise ConfigError(f"{checkpoint} is step {int(state['step'])} of a run that has trained its "
+                          f"training.total_training_steps={total}: nothing is left to train. Raise "
+                          f"training.total_training_steps to continue it, or start afresh with training.resume=none or "
+                          f"another training.experiment_name (its Hugging Face folders: pettingllms export {checkpoint})")

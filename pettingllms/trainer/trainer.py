@@ -98,12 +98,16 @@ class Trainer:
     def _setup(self) -> None:
         cfg = self.cfg
         self.plan: RunPlan = plan(cfg)  # config errors surface here, before anything is loaded
+        for note in self.plan.notes:  # settings that change nothing in this run
+            log.warning("%s", note)
         check_engines(self.plan)
         self.train_problems = training_problems(self.plan.env, cfg.env.data_root, cfg.env.dataset, cfg.training.seed)
         self.benchmarks = benchmark_sets(self.plan.env, cfg.env.data_root, cfg.env.benchmark, cfg.env.max_val_problems)
         for warning in check_disjoint(self.plan.env, self.train_problems, self.benchmarks):
             log.warning("%s", warning)
         self.cursor = DataCursor(self.train_problems, cfg.training.epoch_size or 0, cfg.training.seed)
+        if (repeats := self.cursor.repeats(cfg.training.train_batch_size)) is not None:
+            log.warning("%s", repeats)
         # What --dry-run checks, again, before a worker starts: models found (or downloadable) and named by key ...
         locate_models(cfg, self.plan)
         # ... then fetched, each once (the packaged model converts once, here) and stored on the worker specs; their

@@ -394,3 +394,23 @@ def test_a_full_model_pool_worker_is_planned_and_its_fixes_name_only_real_keys()
     _, plain = fixes_of()
     lora = next(key for key in fixes if key.startswith("specialization=L2"))
     assert fixes[lora] == plain[lora]  # with LoRA there is no pool worker: the same peak as without a pool
+
+
+def test_an_l3_runs_per_policy_fixes_name_the_entry_its_copies_come_from_and_leave_the_peak_they_say():
+    """L3 copies base_models.policy_0 into policy_coder and policy_tester; a fix written for a copy's name
+    (base_models.policy_coder...) is refused by the config (an entry without a path). Each per-policy fix names
+    policy_0, changes both copies as the override does, and the peak it promises is the one the override gets."""
+    base = ["specialization=L3", "resources.gpus_per_policy=4", "env.dataset=humaneval", "env.benchmark=[humaneval]"]
+    with pytest.raises(ConfigError) as error:
+        run_plan("resources.gpu_memory_gb=40", *base, config="code")
+    text = str(error.value)
+    assert "policy_coder: the update peaks at" in text and "policy_tester: the update peaks at" in text
+    fixes = {line.split(": peak ")[0].strip(): line for line in
+             text.split("fixes, most effective first")[1].splitlines()[1:] if ": peak " in line}
+    assert not [key for key in fixes if "policy_coder" in key.split(" (")[0] or "policy_tester" in key.split(" (")[0]]
+    offload = next(key for key in fixes if "fsdp.cpu_offload=true" in key)
+    assert offload.startswith("base_models.policy_0.fsdp.cpu_offload=true")
+    promised = float(fixes[offload].rsplit(": peak ", 1)[1].split(" GB")[0])
+    with pytest.raises(ConfigError) as applied:
+        run_plan("resources.gpu_memory_gb=40", *base, "base_models.policy_0.fsdp.cpu_offload=true", config="code")
+    assert f"the update peaks at {promised:.2f} GB" in str(applied.value)

@@ -114,3 +114,17 @@ def test_every_schema_key_composes_by_its_documented_name():
     keys = schema_keys(Config)
     assert "rollout.branching" in keys and "base_models.<name>.lora.rank" in keys
     assert "training.max_ckpt_to_keep" in keys
+
+
+def test_every_misspelt_key_of_a_command_line_is_named_at_once():
+    """Hydra stops at the first unknown key; a user fixing one typo per run deserves the whole list."""
+    for overrides in (["rollout.branchng=4", "optim.lrr=1"], ["+rollout.branchng=4", "+optim.lrr=1"]):
+        with pytest.raises(ConfigError) as info:
+            compose("train", overrides)
+        text = str(info.value)
+        assert text.startswith("2 unknown config keys:")
+        assert "'rollout.branchng' (from " in text and "Did you mean 'rollout.branching'?" in text
+        assert "'optim.lrr' (from " in text and "Did you mean 'optim.lr'?" in text
+    with pytest.raises(ConfigError) as info:  # the eval schema's keys, for an eval config
+        compose("eval", ["eval.nn=3", "model.checkpoint=x"])
+    assert str(info.value).startswith("unknown config key 'eval.nn'") and "model" not in str(info.value).split("?")[0]

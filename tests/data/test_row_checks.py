@@ -101,6 +101,20 @@ def test_valid_rows_load_and_the_dry_run_counts_them(tmp_path):
     assert describe_data(MathEnv(), tmp_path, str(path), [str(path)])[0] == f"train:    {path} (3 rows)"
 
 
+def test_a_batch_larger_than_the_training_set_is_said_in_the_dry_run_and_at_the_start(tmp_path):
+    from pettingllms.trainer.cursor import DataCursor
+
+    path = write(tmp_path / "good.parquet", math_rows(3))
+    lines = describe_data(MathEnv(), tmp_path, str(path), [str(path)], batch_size=4)
+    assert lines[1] == ("warning:  training.train_batch_size=4 is more than the training set's 3 problems: every "
+                        "step holds some problems more than once")
+    assert len(describe_data(MathEnv(), tmp_path, str(path), [str(path)], batch_size=3)) == 2  # no warning
+    cursor = DataCursor(training_problems(MathEnv(), tmp_path, str(path)), 0, seed=0)
+    assert cursor.repeats(3) is None and "more than the 3 problems of an epoch" in cursor.repeats(4)
+    batch = [problem.problem_id for problem, _ in cursor.next_batch(4)]
+    assert len(set(batch)) == 3  # what the warning is about: one problem twice in the step
+
+
 def test_code_rows_need_lists_of_strings(tmp_path):
     row = {"question": "print 1", "test_input": [""], "test_output": ["1\n"]}
     assert len(training_problems(CodeEnv(), tmp_path, str(write(tmp_path / "ok.parquet", [row])))) == 1

@@ -67,3 +67,11 @@ def test_auto_resume_refuses_another_tasks_run_before_touching_it_and_a_named_ch
                                f"training.resume={first.run_dir / 'checkpoints' / 'step_000001'}"])
     named, _ = run_training("train", [*other_task, f"training.resume={first.run_dir / 'checkpoints' / 'step_000001'}"])
     assert named.run_dir == first.run_dir and named.step_done == 2
+    # the same command again: the run is complete, so there is nothing to resume, and it is said (it used to train
+    # nothing, rewrite config.yaml and exit 0)
+    config = (first.run_dir / "config.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"step 2 of a run that has trained its training.total_training_steps=2: "
+                                          r"nothing is left to train"):
+        run_training("train", [*other_task, f"training.resume={first.run_dir / 'checkpoints' / 'step_000002'}",
+                               "optim.lr=1e-4"])
+    assert (first.run_dir / "config.yaml").read_text() == config

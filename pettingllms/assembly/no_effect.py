@@ -1,0 +1,49 @@
+"""Settings a run's other settings switch off: set away from their defaults, they would change nothing, silently.
+The plan names each one (``RunPlan.notes``): the dry run prints them, a run logs them at its start. Pure functions
+over the config.
+
+Only values that differ from the schema's defaults are named, so a shipped config that leaves them alone is quiet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pettingllms.config.schema import AlgorithmConfig, KLConfig, LoraConfig, RolloutConfig, SelfPlayConfig
+
+
+def _changed(section: Any, default: Any, keys: tuple[str, ...]) -> list[str]:
+    return [key for key in keys if _plain(getattr(section, key)) != _plain(getattr(default, key))]
+
+
+def _plain(value: Any) -> Any:
+    value = getattr(value, "value", value)  # an enum's value
+    return list(value) if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig" else value
+
+
+def no_effect(cfg: Any) -> list[str]:
+    """One line per setting that has no effect in this run, naming what switches it off."""
+    notes = []
+    lora = LoraConfig()
+    for name, model in cfg.base_models.items():
+        if model.lora.rank <= 0:
+            for key in _changed(model.lora, lora, ("alpha", "dropout", "target_modules")):
+                notes.append(f"base_models.{name}.lora.{key} has no effect: lora.rank is 0 (a full fine-tune)")
+    algorithm = getattr(cfg, "algorithm", None)  # evaluation has none
+    if algorithm is None:
+        return notes
+    if _plain(algorithm.filter) in ("none", "dapo") and _changed(algorithm, AlgorithmConfig(), ("filter_ratio",)):
+        notes.append(f"algorithm.filter_ratio has no effect: only algorithm.filter=std or mean drops a fraction of "
+                     f"groups (filter is {_plain(algorithm.filter)})")
+    kl = algorithm.kl
+    if kl.init_kl_coeff == 0:
+        for key in _changed(kl, KLConfig(), ("kl_type", "adaptive", "kl_target", "kl_horizon")):
+            notes.append(f"algorithm.kl.{key} has no effect: algorithm.kl.init_kl_coeff is 0 (no KL term)")
+    rollout = getattr(cfg, "rollout", None)
+    if rollout is not None and not rollout.streaming and _changed(rollout, RolloutConfig(), ("streaming_wait_s",)):
+        notes.append("rollout.streaming_wait_s has no effect: rollout.streaming is false")
+    self_play = getattr(cfg, "self_play", None)
+    if self_play is not None and self_play.pool_size == 0:
+        for key in _changed(self_play, SelfPlayConfig(), ("snapshot_every", "live_prob")):
+            notes.append(f"self_play.{key} has no effect: self_play.pool_size is 0 (no opponent pool)")
+    return notes

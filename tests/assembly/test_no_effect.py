@@ -1,0 +1,32 @@
+"""A setting another setting switches off is named, never silently dropped (a user trial set lora.alpha on a full
+fine-tune and algorithm.filter_ratio without a filter that reads it, and saw nothing)."""
+
+from __future__ import annotations
+
+from pettingllms.assembly.describe import describe_plan
+from pettingllms.assembly.plan import plan
+from pettingllms.config.load import compose, to_schema
+
+CPU = ["base_models.policy_0.path=tiny-random-smollm2", "env.name=toy_targets", "resources.use_ray=false"]
+
+
+def run_plan(*overrides):
+    return plan(to_schema(compose("train", [*CPU, *overrides])))
+
+
+def test_settings_with_no_effect_are_named_in_the_plan_and_a_default_config_is_quiet():
+    assert run_plan().notes == ()
+    notes = run_plan("base_models.policy_0.lora.alpha=64", "base_models.policy_0.lora.target_modules=[q_proj]",
+                     "algorithm.filter_ratio=0.5", "algorithm.kl.kl_type=k1", "self_play.snapshot_every=3").notes
+    assert notes == (
+        "base_models.policy_0.lora.alpha has no effect: lora.rank is 0 (a full fine-tune)",
+        "base_models.policy_0.lora.target_modules has no effect: lora.rank is 0 (a full fine-tune)",
+        "algorithm.filter_ratio has no effect: only algorithm.filter=std or mean drops a fraction of groups "
+        "(filter is none)",
+        "algorithm.kl.kl_type has no effect: algorithm.kl.init_kl_coeff is 0 (no KL term)",
+        "self_play.snapshot_every has no effect: self_play.pool_size is 0 (no opponent pool)",
+    )
+    assert run_plan("base_models.policy_0.lora.rank=8", "base_models.policy_0.lora.alpha=64",
+                    "algorithm.filter=std", "algorithm.filter_ratio=0.5").notes == ()
+    text = describe_plan(run_plan("base_models.policy_0.lora.dropout=0.1"))
+    assert "warning:  base_models.policy_0.lora.dropout has no effect" in text
