@@ -54,6 +54,10 @@ def import_module(name: str, what: str, *, users: bool = True) -> Any:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
+        if name.endswith(".py"):  # a file name where a module name goes (env.options.program=my_program.py)
+            module = name[:-3].replace("/", ".").lstrip(".")
+            raise ModuleImportError(f"{what}: {name!r} is a file name; name its module instead: {module!r} (run "
+                                    f"from the folder that holds the file, or put that folder on PYTHONPATH)") from exc
         missing = exc.name or ""
         if missing and "." in missing and (name == missing or name.startswith(missing + ".")):
             parent, _, leaf = missing.rpartition(".")

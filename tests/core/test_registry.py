@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 
 import pytest
 
@@ -62,6 +64,18 @@ def test_import_errors_surface(tmp_path, monkeypatch):
         reg.get("broken")
     with pytest.raises(RegistryError, match="no attribute"):
         reg.get(f"{__name__}:Missing")
+
+
+def test_a_file_name_where_a_module_goes_is_answered_with_the_module_name(tmp_path, monkeypatch):
+    from pettingllms.core.registry import ModuleImportError, import_module
+
+    (tmp_path / "arith_team.py").write_text("X = 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(ModuleImportError, match=r"'arith_team.py' is a file name; name its module instead: "
+                                                r"'arith_team'"):
+        import_module("arith_team.py", "env.options.program='arith_team.py'")
+    assert import_module("arith_team", "env.options.program='arith_team'").X == 1
 
 
 def test_builtin_envs_come_from_the_entry_point():
