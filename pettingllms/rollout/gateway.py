@@ -18,8 +18,10 @@ those ids (nothing is re-tokenised).
   ``<tool_call>`` blocks come back as ``tool_calls`` (``rollout/tool_calls.py``); the program runs the tools and sends
   their results back as ``tool`` messages, which the template renders into the next call's prompt;
 - sampling is the agent's (``agents.<role>.train_sampling`` in training, ``val_sampling`` in validation): a
-  request's ``temperature``/``top_p`` are ignored; its ``max_tokens`` (or ``max_completion_tokens``) can only lower
-  the agent's, which ``training.max_response_length`` caps;
+  request's ``temperature``/``top_p``, penalties, ``logit_bias``, ``seed`` and ``response_format`` are ignored
+  (logged once each); its ``max_tokens`` (or ``max_completion_tokens``) can only lower the agent's, which
+  ``training.max_response_length`` caps; ``stop`` ends the completion and ``logprobs`` returns the sampled tokens'
+  (``rollout/request_fields.py``);
 - requests are batched per policy as they stream in: the first waits ``BATCH_WINDOW_S`` for others to join, and
   while a batch generates the next one gathers (no run waits for the slowest run of the step to ask).
 """
@@ -42,6 +44,9 @@ from pettingllms.core.types import Completion, GenerationRequest, GenerationResu
 from pettingllms.rollout import responses_api
 from pettingllms.rollout.policy_client import PolicyClient
 from pettingllms.rollout.request_error import RequestError
+from pettingllms.rollout.request_fields import (
+    FieldError, IgnoredFields, cut_at_stop, logprobs_content, stop_strings, wants_logprobs,
+)
 from pettingllms.rollout.tool_calls import parse_tool_calls, tool_call_format
 
 log = logging.getLogger(__name__)
@@ -126,6 +131,7 @@ class Gateway:
         self.base_url = ""
         self.requests = 0
         self.refused: dict[int, int] = defaultdict(int)  # HTTP status -> count
+        self._ignored = IgnoredFields()  # request fields the agent's own settings override, logged once each
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def start(self) -> "Gateway":
@@ -313,6 +319,11 @@ class Gateway:
             raise RequestError(400, f"`n`={body.get('n')!r} is not served: one completion per request")
         if body.get("stream") not in (None, False, True):
             raise RequestError(400, f"`stream`={body.get('stream')!r} must be true or false")
+        try:
+            stops, logprobs = stop_strings(body), wants_logprobs(body)
+        except FieldError as exc:
+            raise RequestError(400, str(exc)) from exc
+        self._ignored.note(body, agent)
         client = self.clients[route.policy]
         tools = _tools(body, client.codec, route.policy)
         prompt_ids = tuple(client.codec.encode_chat(messages, tools) if tools else client.codec.encode_chat(messages))
@@ -329,7 +340,7 @@ class Gateway:
         result = await self._batches[route.policy].generate(GenerationRequest(
             request_id=f"{run}/{agent}/{index}", prompt_ids=prompt_ids, n=1, sampling=sampling,
             adapter=route.adapter, prefix_group=run))
-        completion = result.completions[0]
+        completion = cut_at_stop(result.completions[0], stops, client.codec.decode) if stops else result.completions[0]
         with self._lock:
             self._calls[run].append(Call(run, agent, index, order, prompt_ids, completion, sampling))
         finish = "length" if completion.finish_reason == "length" else "stop"
@@ -341,7 +352,8 @@ class Gateway:
         return {
             "id": f"chatcmpl-{run}-{agent}-{index}", "object": "chat.completion", "created": int(time.time()),
             "model": agent,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish,
+                         "logprobs": logprobs_content(completion, client.codec.decode) if logprobs else None}],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(completion.token_ids),
                       "total_tokens": len(prompt_ids) + len(completion.token_ids)},
         }

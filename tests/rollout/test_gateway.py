@@ -119,3 +119,48 @@ def test_a_streamed_request_gets_the_same_completion_as_server_sent_events(gatew
     assert text == codec.decode(call.completion.token_ids) and finishes in (["stop"], ["length"])
     assert usage.completion_tokens == len(call.completion.token_ids) and usage.prompt_tokens == len(call.prompt_ids)
     assert {c.model for c in chunks} == {"solver"}
+
+
+def test_stop_strings_end_the_completion_and_logprobs_come_back_for_the_tokens_trained_on(gateway, caplog):
+    """A user trial's program passed stop=[...] and logprobs=True and got neither (silently). The text stops before
+    the first stop string; the recorded ids (what training learns from) end at the token that completes it."""
+    server, codec = gateway
+    client = _client(server, run="run-b")
+    stops = [" ", "e", "a", "\n"]
+    with caplog.at_level("WARNING", logger="pettingllms.rollout.request_fields"):
+        for _ in range(2):
+            reply = client.chat.completions.create(model="checker", messages=[{"role": "user", "content": "hi"}],
+                                                   stop=stops, logprobs=True, presence_penalty=0.5, seed=3)
+    assert caplog.text.count("the gateway ignores `presence_penalty`=0.5") == 1  # once per field, not per call
+    assert "the gateway ignores `seed`=3" in caplog.text
+    call = server.calls("run-b")[-1]
+    text = reply.choices[0].message.content
+    assert not any(stop in text for stop in stops)
+    recorded = codec.decode(call.completion.token_ids)
+    assert recorded.startswith(text) and call.completion.text == text
+    # cut (the tiny model's tokens mostly start with a space): the last recorded token completes a stop string
+    assert call.completion.finish_reason == "stop" and any(stop in recorded for stop in stops)
+    assert not any(stop in codec.decode(call.completion.token_ids[:-1]) for stop in stops)
+    content = reply.choices[0].logprobs.content
+    assert [c.logprob for c in content] == pytest.approx(list(call.completion.logprobs))
+    assert len(content) == len(call.completion.token_ids) == reply.usage.completion_tokens
+    with pytest.raises(openai.BadRequestError, match="`top_logprobs`=2 is not served"):
+        client.chat.completions.create(model="checker", messages=[{"role": "user", "content": "hi"}], logprobs=True,
+                                       top_logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="`stop`=.* must be a non-empty string or a list of at most 4"):
+        client.chat.completions.create(model="checker", messages=[{"role": "user", "content": "hi"}],
+                                       stop=["a", "b", "c", "d", "e"])
+
+
+def test_cut_at_stop_keeps_the_tokens_through_the_one_that_completes_the_stop_string(gateway):
+    from pettingllms.core.types import Completion
+    from pettingllms.rollout.request_fields import cut_at_stop
+
+    _, codec = gateway
+    ids = tuple(codec.tokenizer.encode("The answer is 42. Then more text follows", add_special_tokens=False))
+    full = Completion(ids, tuple(-0.1 * i for i in range(len(ids))), codec.decode(ids), "length")
+    cut = cut_at_stop(full, ["xyz", ". Then"], codec.decode)
+    assert cut.text == "The answer is 42" and cut.finish_reason == "stop"
+    assert ". Then" in codec.decode(cut.token_ids) and ". Then" not in codec.decode(cut.token_ids[:-1])
+    assert cut.logprobs == full.logprobs[:len(cut.token_ids)]
+    assert cut_at_stop(full, ["absent"], codec.decode) is full
