@@ -52,13 +52,14 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
         try:
             return check(*args)
         except PettingLLMsError as exc:
-            if str(exc) not in map(str, problems):  # the data's listing and its preview read the same files
-                problems.append(exc)
+            for problem in getattr(exc, "problems", [exc]):  # DataProblems: every data set's, each on its own
+                if str(problem) not in map(str, problems):  # the data's listing and its preview read the same files
+                    problems.append(problem)
             return None
 
     attempt(check_engines, run_plan)
     data = attempt(describe_data, env, cfg.env.data_root, cfg.env.dataset, cfg.env.benchmark,
-                   cfg.training.train_batch_size) or []
+                   cfg.training.train_batch_size, cfg.env.max_val_problems) or []
     sources = attempt(locate_models, cfg, run_plan)
     codecs = None if sources is None else attempt(
         chat_codecs, cfg, run_plan, {name: source.directory for name, source in sources.items()})

@@ -146,3 +146,16 @@ def test_built_in_envs_that_read_rows_declare_them():
 def test_types_are_never_converted():
     assert matches("2", str) and not matches(2, str) and not matches(True, int) and matches(2, float)
     assert matches(["a"], list[str]) and not matches("a", list[str]) and not matches([1], list[str])
+
+
+def test_every_missing_data_set_is_named_at_once(tmp_path):
+    from pettingllms.data.problems import DataProblems
+
+    good = write(tmp_path / "good.parquet", math_rows(3))
+    with pytest.raises(DataProblems) as info:
+        describe_data(MathEnv(), tmp_path, str(tmp_path / "nope.parquet"),
+                      [str(tmp_path / "gone1.parquet"), str(good), str(tmp_path / "gone2.parquet")])
+    names = [next(n for n in ("nope", "gone1", "gone2") if n in str(p)) for p in info.value.problems]
+    assert names == ["nope", "gone1", "gone2"]
+    lines = describe_data(MathEnv(), tmp_path, str(good), [str(good)], max_val_problems=2)
+    assert lines[-1].endswith("(3 rows), validation reads its first 2 (env.max_val_problems)")

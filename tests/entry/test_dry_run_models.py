@@ -166,10 +166,12 @@ def test_the_dry_run_shows_the_plan_and_every_problem_at_once(tmp_path, capsys, 
     assert code == 2
     assert "each of its 8 GPUs holds" in captured.out and "peak" in captured.out  # the memory plan, printed
     errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
-    assert "3 problem(s) stop this run" in captured.err and len(errors) == 3, captured.err
+    assert "5 problem(s) stop this run" in captured.err and len(errors) == 5, captured.err
     assert any("Qwen/Qwen3-1.7B" in e and "HF_HUB_OFFLINE" in e for e in errors)  # the model
     assert any(f"training.resume={str(not_a_checkpoint)!r}" in e for e in errors)  # the resume point
-    assert any("data" in e.lower() for e in errors if "Qwen" not in e and "resume" not in e)  # the data files
+    # the data files: the training set and each of the two benchmarks, none hidden behind the first
+    assert [next(name for name in ("polaris", "AIME24", "AIME25") if f"dataset '{name}'" in e)
+            for e in errors if e.startswith("error: dataset ")] == ["polaris", "AIME24", "AIME25"]
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:  # said, not refused: the cluster's nodes run the workers
