@@ -49,9 +49,10 @@ def sample_metrics(samples: Sequence[Sample],
     for (policy, agent), rows in sorted(by_agent.items()):
         key = f"{policy}/{agent}"
         ok = [s for s in rows if s.has_reward]
-        out[f"{key}/reward_mean"] = _mean(s.reward for s in ok)
-        out[f"{key}/team_reward_mean"] = _mean(s.team_reward for s in ok)
-        out[f"{key}/local_reward_mean"] = _mean(s.local_reward for s in ok)
+        if ok:  # an agent whose every reward was dropped (failed, non-finite) has no mean: never a measured 0
+            out[f"{key}/reward_mean"] = _mean(s.reward for s in ok)
+            out[f"{key}/team_reward_mean"] = _mean(s.team_reward for s in ok)
+            out[f"{key}/local_reward_mean"] = _mean(s.local_reward for s in ok)
         out[f"{key}/response_length_mean"] = _mean(len(s.response_ids) for s in rows)
         out[f"{key}/prompt_length_mean"] = _mean(len(s.prompt_ids) for s in rows)
         out[f"{key}/response_clip_ratio"] = _mean(float(s.truncated) for s in rows)
@@ -69,7 +70,8 @@ def sample_metrics(samples: Sequence[Sample],
         out[f"{key}/episode_return_mean"] = _mean(returns.get(e, 0.0) for e in episodes)
         out.update(info_metrics(ok, f"{key}/info"))
     for (policy, agent, turn), rows in sorted(by_turn.items()):
-        out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if s.has_reward)
+        if any(s.has_reward for s in rows):
+            out[f"{policy}/{agent}/turn_{turn}/reward_mean"] = _mean(s.reward for s in rows if s.has_reward)
     return out
 
 

@@ -54,3 +54,20 @@ def test_episode_metrics_are_team_level_only():
                             ("success_rate", "turns_mean", "team_reward_mean", "terminated_ratio", "error_ratio",
                              "nonfinite_rewards")}
     assert metrics["val/bench/success_rate"] == 0.5 and metrics["val/bench/turns_mean"] == 1.5
+
+
+def test_an_agent_whose_every_reward_was_dropped_has_no_reward_mean_not_a_measured_zero(capsys):
+    """reward.non_finite=drop left all of b's rewards out: the step line averaged its 0.0 in (reward 0.500 beside a
+    team reward of 1.0)."""
+    from pettingllms.trainer.progress import StepProgress
+
+    rows = [sample("policy_0", "a", "e0", 0, 0, 1.0, chosen=True),
+            Sample(policy="policy_0", agent="b", turn=0, group=(0, 0, "b"), episode="e0", problem_id="p", branch=0,
+                   prompt_ids=(1,), response_ids=(2,), response_logprobs=(), reward=0.0, chosen=True,
+                   nonfinite_reward=True)]
+    metrics = sample_metrics(rows)
+    assert "policy_0/b/reward_mean" not in metrics and "policy_0/b/turn_0/reward_mean" not in metrics
+    assert metrics["policy_0/b/nonfinite_rewards"] == 1.0 and metrics["policy_0/a/reward_mean"] == 1.0
+    with StepProgress(total=1, done=0) as progress:
+        progress.advance(1, metrics)
+    assert "step 1/1 | reward 1.000" in capsys.readouterr().out  # a's mean alone
