@@ -325,7 +325,10 @@ class TrainingConfig(Freezable):
                                             "`async_save` on a gloo group kept for checkpoints (its host copy is made "
                                             "anew each save) ([training.md](training.md#the-run-directory))")
     resume: str = setting("auto", "`auto`, `none` or a checkpoint path. `auto` continues the latest run of this "
-                                  "experiment that has a checkpoint")
+                                  "experiment that has a checkpoint, unless that run trained another task (env, its "
+                                  "options or graph); a named checkpoint continues on a new task on purpose. Either way "
+                                  "a checkpoint of other models, levels, LoRA shapes or agents, or of a finished run, "
+                                  "is refused before the run is touched")
     stop_after_steps: int = setting(0, "stop this process after N steps (job time limits); 0 = no limit. "
                                        "`resume=auto` continues")
     seed: int = setting(0, "seeds data order, env resets, sampling and selection")

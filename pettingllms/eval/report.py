@@ -37,7 +37,9 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
     headline.add_column("solved by turn")
     headline.add_column("turns", justify="right")
     headline.add_column("failed", justify="right")  # failed generations
-    headline.add_column("errors", justify="right")  # episodes that ended in an error (an agent program that raised)
+    errors = any(b.get("error_ratio") for b in summary["benchmarks"].values())
+    if errors:  # episodes that ended in an error (an agent program that raised): shown when there are any
+        headline.add_column("errors", justify="right")
     agents = Table(title="per agent (solved: after the agent's action)")
     agents.add_column("benchmark", no_wrap=True)
     agents.add_column("agent", no_wrap=True)
@@ -48,7 +50,8 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
         by_turn = " ".join(_pct(v) for v in by_turn[:SHOWN_TURNS]) + (" ..." if len(by_turn) > SHOWN_TURNS else "") \
             if by_turn else "-"  # a game's 30 turns would not fit a terminal: summary.json has them all
         headline.add_row(key, str(b["problems"]), *[_pct(b[f"pass@{k}"]) for k in ks], by_turn,
-                         _num(b["turns_mean"]), _pct(b["failed_generation_ratio"]), _pct(b["error_ratio"]))
+                         _num(b["turns_mean"]), _pct(b["failed_generation_ratio"]),
+                         *([_pct(b["error_ratio"])] if errors else []))
         for agent, a in b["agents"].items():
             agents.add_row(key, agent, str(int(a["actions"])), _pct(a["success_after_action"]), _num(a["reward_mean"]),
                            _num(a["local_reward_mean"]), _num(a["return_mean"]), _num(a["response_tokens_mean"], 1))

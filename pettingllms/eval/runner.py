@@ -263,7 +263,10 @@ def _model_description(cfg: EvalRunConfig, tasks: list[EnvTask], policies: Loade
     for task in tasks:
         for role, spec in task.plan.agent_specs.items():
             agents[role] = {"policy": spec.policy, "adapter": policies.agent_adapters.get(role, spec.adapter)}
-    return {"specialization": cfg.specialization, "checkpoint": str(checkpoint) if checkpoint else None,
+    level = cfg.specialization
+    if len({a["adapter"] for a in agents.values() if a["adapter"]}) > 1 and cfg.specialization in ("L0", "L1"):
+        level = "L2"  # model.adapters gave each agent its own adapter on the shared base model
+    return {"specialization": level, "checkpoint": str(checkpoint) if checkpoint else None,
             **({"opponent": cfg.model.opponent} if cfg.model.opponent else {}),
             "policies": policies.described, "agents": agents}
 

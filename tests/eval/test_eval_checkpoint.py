@@ -91,6 +91,7 @@ def test_lora_checkpoint_and_exported_adapters_give_the_same_responses(lora_run,
     for result in (from_checkpoint, from_adapters):
         assert result.summary["model"]["agents"] == {"alice": {"policy": "policy_0", "adapter": "alice"},
                                                       "bob": {"policy": "policy_0", "adapter": "bob"}}
+        assert result.summary["model"]["specialization"] == "L2"  # one adapter per agent, however they came
     assert responses(from_checkpoint) == responses(from_adapters)
 
 

@@ -25,3 +25,7 @@ def test_episodes_that_ended_in_an_error_show_beside_failed_generations():
     assert header.index("errors") > header.index("failed") and row.rstrip(" │").endswith("75.0%")
     agents = next(line for line in text.splitlines() if "solver" in line)
     assert "-0.25" in agents  # the agent's return per episode
+    quiet = {**SUMMARY, "benchmarks": {k: {**b, "error_ratio": 0.0} for k, b in SUMMARY["benchmarks"].items()}}
+    console = Console(width=140, record=True)
+    print_summary(quiet, console)
+    assert "errors" not in console.export_text()  # no errors, no column: narrow terminals keep their headers

@@ -124,6 +124,7 @@ def _sync_peak_bytes(mode: str, chunk_mb: float) -> tuple[int, int]:
     return peak, int(done[0].split()[1])
 
 
+@pytest.mark.slow  # 13.5 s of peak-memory measurement; the chunking and its round trip stay in the default lane
 def test_sync_memory_is_bounded_by_the_chunk_not_the_model():
     """SmolLM2-135M (135M parameters, 257 MB in bf16): the extra memory on the sending side during a chunked sync
     stays under the documented bound 2 * max(chunk, L) + L, L the largest layer (here its 49152 x 576 embedding,

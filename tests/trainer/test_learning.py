@@ -56,6 +56,7 @@ def train(tmp_path, *overrides):
     return trainer.run_dir
 
 
+@pytest.mark.slow  # 10 s; the default lane keeps the L2 test (two adapters learning opposite targets)
 def test_reward_rises_l1(tmp_path):
     run = train(tmp_path, "specialization=L1", "env.agents=[alice]", "specialization=L0")
     curve = reward_curve(run, "policy_0/alice/local_reward_mean")

@@ -365,7 +365,10 @@ def test_a_full_model_pool_serves_bit_identical_copies_taken_after_their_steps_u
         assert any(not torch.equal(taken[2][n], taken[3][n]) for n in taken[2]), "step 3 should have trained"
 
 
-@pytest.mark.parametrize("background", [False, True], ids=["sync_checkpoints", "async_checkpoints"])
+# Slow lane for synchronous checkpoints (13 s): the asynchronous ones, in the default lane, take the same pool path
+# and more; synchronous checkpoint resumes are the default lane's kill -9 and fault tests.
+@pytest.mark.parametrize("background", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["sync_checkpoints", "async_checkpoints"])
 def test_a_full_model_pool_run_plays_past_versions_and_resumes_exactly(tmp_path, nim_path, background):
     from pettingllms.eval.export import export_checkpoint
     from pettingllms.runtime import checkpoints as ckpt
