@@ -87,7 +87,7 @@ def fixes(policies: Sequence[PolicyInput], gpu_bytes: float) -> list[Fix]:
     # One fix per base_models.<key> (an L3 copy policy_<agent> is set through the entry it copies), changing every
     # policy that key configures, as the override would.
     pooled = {p.snapshot_of for p in policies if p.snapshot_of}
-    configured = list({p.config_name: p for p in reversed(policies) if not p.snapshot_of}.values())[::-1]
+    configured = list({p.config_name: p for p in policies if not p.snapshot_of}.values())  # L3 copies are alike
     for p in configured:
         if any(q.name in pooled for q in policies if q.config_name == p.config_name):
             continue  # its opponent pool's engine is one GPU's: tensor parallelism is refused there

@@ -281,7 +281,7 @@ def _worker_spec(cfg: Config, policy: PolicyPlan, layout: WorkerLayout) -> Worke
         adapters, frozen = adapters + slots, frozen + slots
     return WorkerSpec(
         policy=policy.name,
-        config_key=policy.config_key or policy.name,
+        config_key=policy.config_key,
         model_path=model.path,
         learner=learner_config_of(cfg, model.dtype),
         layout=layout,

@@ -15,6 +15,7 @@ from typing import Callable, Mapping, Sequence, TypeVar
 from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, RunPlan, check_prompts
 from pettingllms.config.frozen import thaw
 from pettingllms.config.schema import Config
+from pettingllms.config.specialization import PolicyPlan
 from pettingllms.core import ConfigError, PettingLLMsError, Problem
 from pettingllms.models import HFChatCodec, resolve_model
 from pettingllms.models.resolve import ModelSource, locate_model
@@ -47,11 +48,9 @@ def describe_engines(run_plan: RunPlan) -> list[str]:
             "set, so the workers run on the cluster's nodes, which must have it (pip install -e '.[gpu]' there)"]
 
 
-def model_key(cfg: Config, policy: str, path: str) -> str:
+def model_key(policy: PolicyPlan) -> str:
     """The config key a policy's model comes from (an L3 copy ``policy_<agent>`` names the entry it copies)."""
-    if policy not in cfg.base_models:
-        policy = next((name for name, model in cfg.base_models.items() if model.path == path), policy)
-    return f"base_models.{policy}.path"
+    return f"base_models.{policy.config_key or policy.name}.path"
 
 
 def locate_models(cfg: Config, run_plan: RunPlan) -> dict[str, ModelSource]:
@@ -72,7 +71,7 @@ def _per_policy(cfg: Config, run_plan: RunPlan, find: Callable[[str], T]) -> dic
         try:
             found[name] = find(path)
         except ConfigError as exc:
-            raise ConfigError(f"{model_key(cfg, name, path)}={path}: {exc}") from exc
+            raise ConfigError(f"{model_key(policy)}={path}: {exc}") from exc
     return found
 
 
@@ -85,12 +84,12 @@ def chat_codecs(cfg: Config, run_plan: RunPlan, directories: Mapping[str, Path |
     for name, directory in directories.items():
         if directory is None:
             continue
-        model = run_plan.policies[name].model
+        policy = run_plan.policies[name]
         try:
             check_model_folder(directory)
-            codecs[name] = HFChatCodec.from_pretrained(directory, thaw(model.chat_template_kwargs))
+            codecs[name] = HFChatCodec.from_pretrained(directory, thaw(policy.model.chat_template_kwargs))
         except PettingLLMsError as exc:
-            raise type(exc)(f"{model_key(cfg, name, model.path)}={model.path}: {exc}") from exc
+            raise type(exc)(f"{model_key(policy)}={policy.model.path}: {exc}") from exc
     return codecs
 
 

@@ -43,7 +43,7 @@ class PolicyPlan:
     agents: tuple[str, ...]  # agents this policy serves
     adapters: tuple[str, ...]  # L2: one adapter per agent; empty otherwise
     frozen_adapters: tuple[str, ...]  # adapters of agents with trainable=false
-    config_key: str = ""  # the base_models.<key> its settings come from: an L3 copy policy_<agent> names the entry
+    config_key: str = ""  # the base_models.<key> its settings come from ("": its name; an L3 copy's source entry)
 
     @property
     def trainable(self) -> bool:
@@ -85,7 +85,7 @@ def plan_run(cfg: Config, env_roles: Sequence[str], acting: Sequence[str] | None
     if level == "L2" and models[next(iter(used))].lora.rank <= 0:
         raise ConfigError("L2 needs base_models.<policy>.lora.rank > 0 (one LoRA adapter per agent)")
     agents = {role: _agent_plan(role, a, level) for role, a in agent_cfgs.items()}
-    policies = {name: _policy_plan(name, models[name], agents, level, copied.get(name, name)) for name in sorted(used)}
+    policies = {name: _policy_plan(name, models[name], agents, level, copied.get(name, "")) for name in sorted(used)}
     return policies, agents
 
 

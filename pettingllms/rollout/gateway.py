@@ -340,7 +340,7 @@ class Gateway:
         result = await self._batches[route.policy].generate(GenerationRequest(
             request_id=f"{run}/{agent}/{index}", prompt_ids=prompt_ids, n=1, sampling=sampling,
             adapter=route.adapter, prefix_group=run))
-        completion = cut_at_stop(result.completions[0], stops, client.codec.decode) if stops else result.completions[0]
+        completion = cut_at_stop(result.completions[0], stops, client.codec.decode)  # unchanged without a stop
         with self._lock:
             self._calls[run].append(Call(run, agent, index, order, prompt_ids, completion, sampling))
         finish = "length" if completion.finish_reason == "length" else "stop"

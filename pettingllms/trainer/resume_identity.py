@@ -48,10 +48,11 @@ def resume_refusal(old: Mapping[str, Any], new: Mapping[str, Any], checkpoint: P
     return None
 
 
-def check_resume(checkpoint: Path, config: Mapping[str, Any], auto: bool) -> None:
+def check_resume(checkpoint: Path, config: Mapping[str, Any], auto: bool) -> dict[str, Any]:
     """Refuse (ConfigError) a start with ``config`` that must not continue ``checkpoint`` (``resume_refusal``), or
     that has nothing left to train (the checkpoint is at or past ``training.total_training_steps``); its files are
-    checked first, as a resume checks them. A checkpoint that records no config is left to the resume."""
+    checked first, as a resume checks them. A checkpoint that records no config is left to the resume. Returns the
+    checkpoint's trainer state, which the resume then loads."""
     from pettingllms.core import ConfigError
     from pettingllms.runtime import checkpoints as ckpt
 
@@ -67,3 +68,4 @@ def check_resume(checkpoint: Path, config: Mapping[str, Any], auto: bool) -> Non
                           f"training.total_training_steps={total}: nothing is left to train. Raise "
                           f"training.total_training_steps to continue it, or start afresh with training.resume=none or "
                           f"another training.experiment_name (its Hugging Face folders: pettingllms export {checkpoint})")
+    return state

@@ -118,8 +118,9 @@ class Trainer:
         codecs.update({name: codecs[policy] for name, (policy, _) in self.plan.servers.items() if policy in codecs})
         check_first_prompts(cfg, self.plan, codecs, self.train_problems, self.benchmarks)
         self.run_dir, resume_from = self._choose_run_dir()
+        resume_state = None
         if resume_from is not None:  # before anything is written into the run it would continue
-            check_resume(resume_from, to_dict(cfg), auto=cfg.training.resume == "auto")
+            resume_state = check_resume(resume_from, to_dict(cfg), auto=cfg.training.resume == "auto")
         self._release.callback(RunLock.acquire(self.run_dir).release)  # one writer per run, from here on
         self._file_log = attach_file_logger(self.run_dir)
         self._release.callback(self._detach_file_log)
@@ -149,7 +150,7 @@ class Trainer:
                                         str(getattr(cfg.rollout.mode, "value", cfg.rollout.mode)))
         self.step_done = 0
         if resume_from is not None:
-            self._resume(resume_from)
+            self._resume(resume_from, resume_state)
         values = to_dict(cfg)
         self.trackers = make_trackers(cfg.training.logger, self.run_dir, cfg.training.project_name,
                                       cfg.training.experiment_name, values)
@@ -336,9 +337,9 @@ class Trainer:
         ckpt.publish_checkpoint(path, private=not self.cfg.training.share_run_dir)
         log.info("checkpoint written: %s", path)
 
-    def _resume(self, checkpoint: Path) -> None:
-        ckpt.check_checkpoint(checkpoint)
-        state = ckpt.read_trainer_state(checkpoint)
+    def _resume(self, checkpoint: Path, state: dict) -> None:
+        """Continue from ``checkpoint``, whose files and config ``check_resume`` checked (``state``: its trainer
+        state, as it read it)."""
         if state["config_hash"] != self._config_hash():
             changes = "its config is not recorded (written by an older version)"
             if "config" in state:
@@ -384,7 +385,6 @@ class Trainer:
     def _config_hash(self) -> str:
         values = comparable(to_dict(self.cfg))
         return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
 
     # ------------------------------------------------------------------------------------------- helpers
     def _log(self, step: int, metrics: dict[str, float]) -> None:
