@@ -159,21 +159,22 @@ def check_placements(specs, placements: dict[str, list[dict[str, Any]]]) -> None
 
 # ----------------------------------------------------------------------------------------------------- phase 2
 def data_overrides(cfg, report: Rehearsal) -> list[str]:
-    """[] when the config's data is on this machine; else the domain's offline set (and the reason)."""
-    from pettingllms.entry.run import check_run
+    """[] when the config's data is on this machine; else the domain's offline set (and the reason). Only data
+    problems are replaced: any other problem the run's checks find is raised, with every data problem beside it."""
+    from pettingllms.entry.run import one_error, run_checks
 
-    try:
-        check_run(cfg)
+    _, problems = run_checks(cfg)
+    domain = next((d for d in OFFLINE_DATA if cfg.env.name.startswith(d)), None)
+    if not problems:
         return []
-    except DataError as exc:
-        domain = next((d for d in OFFLINE_DATA if cfg.env.name.startswith(d)), None)
-        if domain is None:
-            raise
-        name, benchmarks = OFFLINE_DATA[domain]
-        report.say(f"{exc}")
-        report.say(f"the steps use the offline {domain} set {name!r} instead "
-                   f"(python scripts/dataprocess/load_{domain}.py writes it)")
-        return [f"env.dataset={name}", f"env.benchmark=[{','.join(benchmarks)}]"]
+    if domain is None or not all(isinstance(p, DataError) for p in problems):
+        raise one_error(problems)  # every problem, as the run would say them
+    name, benchmarks = OFFLINE_DATA[domain]
+    for problem in problems:
+        report.say(f"{problem}")
+    report.say(f"the steps use the offline {domain} set {name!r} instead "
+               f"(python scripts/dataprocess/load_{domain}.py writes it)")
+    return [f"env.dataset={name}", f"env.benchmark=[{','.join(benchmarks)}]"]
 
 
 def steps(cfg, config_name: str, overrides: Sequence[str], config_dir: str | None, work: Path, engine: str,

@@ -22,12 +22,17 @@ def load_config(config_name: str = "train", overrides: Sequence[str] = (), confi
 def check_run(cfg) -> list[str]:
     """``run_checks``, raising one ConfigError that lists every problem found (the multirun's check of each job)."""
     lines, problems = run_checks(cfg)
-    if len(problems) == 1:
-        raise problems[0]
     if problems:
-        raise ConfigError("\n".join([f"{len(problems)} problems stop this run:"] +
-                                     [f"  {i}. {p}" for i, p in enumerate(problems, 1)]))
+        raise one_error(problems)
     return lines
+
+
+def one_error(problems: list[PettingLLMsError]) -> PettingLLMsError:
+    """The one error that reports ``problems``: the problem itself, or a ConfigError listing them all."""
+    if len(problems) == 1:
+        return problems[0]
+    return ConfigError("\n".join([f"{len(problems)} problems stop this run:"] +
+                                  [f"  {i}. {p}" for i, p in enumerate(problems, 1)]))
 
 
 def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:

@@ -97,3 +97,25 @@ def test_without_gpus_the_script_rehearses_at_eight(tmp_path):
     assert "resources.gpus_per_policy=1" in args
     _, args = script_command("math/math_L3_model.sh", {})
     assert "resources.gpus_per_policy=0" in args  # a plain run on this machine is unchanged
+
+
+def test_missing_hub_data_is_replaced_by_the_offline_set_and_every_set_is_named(tmp_path):
+    """CI's vLLM lane failed here: the run's checks list every missing set at once (polaris, AIME24, AIME25) in one
+    ConfigError, which the rehearsal took for a non-data problem and raised instead of swapping in the offline set."""
+    from pettingllms.assembly.rehearsal import step_overrides
+    from pettingllms.entry.rehearse import Rehearsal, data_overrides
+    from pettingllms.entry.train import load_config
+
+    cfg = rehearsal_config("math/math_L1_prompt.sh", f"env.data_root={tmp_path / 'data'}")
+    overrides, _ = step_overrides(cfg, "hf", tmp_path / "logs")
+    name, args = script_command("math/math_L1_prompt.sh", {}, *overrides, f"env.data_root={tmp_path / 'data'}")
+    small = load_config(name, args)
+    report = Rehearsal()
+    assert data_overrides(small, report) == ["env.dataset=gsm_symbolic", "env.benchmark=[gsm_symbolic]"]
+    said = "\n".join(report.lines)
+    assert all(f"dataset '{s}'" in said for s in ("polaris", "AIME24", "AIME25")), said
+    assert "offline math set 'gsm_symbolic'" in said
+
+    bad_model = load_config(name, [*args, "base_models.policy_0.path=/nowhere/model"])
+    with pytest.raises(ConfigError, match=r"4 problems stop this run(.|\n)*polaris(.|\n)*/nowhere/model"):
+        data_overrides(bad_model, Rehearsal())  # a problem the offline set cannot fix is raised, data beside it
