@@ -116,8 +116,9 @@ def _format_policy(p: PolicyMemory, plan: GpuPlan, shared: bool) -> list[str]:
                                                     f"{inp.engine_bytes} B / TP {inp.tensor_parallel}", 8))
     lines.append(_line("start-up profile", p.engine_profile, f"at least: one forward of {tokens} tokens and "
                                                              f"{min(tokens, seqs)} rows of logits", 8))
-    lines.append(_line("KV cache", room, f"at most about {room / p.kv_per_token:,.0f} tokens at {p.kv_per_token:,} "
-                                         "B/token", 8))
+    kv_room = (f"at most about {room / p.kv_per_token:,.0f} tokens" if plan.gpu_bytes is not None
+               else "what the GPU leaves (unknown here)")
+    lines.append(_line("KV cache", room, f"{kv_room} at {p.kv_per_token:,} B/token", 8))
     lines.append(_line("process overheads", LEARNER_PROCESS_BYTES + ENGINE_PROCESS_BYTES,
                        "learner + vLLM processes, in every phase (both measured on an H200)", 4))
     kept = "kept (resident + cache kept after release)" if learner.stranded else "resident"

@@ -29,6 +29,10 @@ def no_effect(cfg: Any) -> list[str]:
         if model.lora.rank <= 0:
             for key in _changed(model.lora, lora, ("alpha", "dropout", "target_modules")):
                 notes.append(f"base_models.{name}.lora.{key} has no effect: lora.rank is 0 (a full fine-tune)")
+    env = getattr(cfg, "env", None)
+    if env is not None and env.name == "program" and env.max_turns:
+        notes.append("env.max_turns has no effect: an agent program decides its own turns "
+                     "(env.options.timeout bounds one run)")
     algorithm = getattr(cfg, "algorithm", None)  # evaluation has none
     if algorithm is None:
         return notes

@@ -217,7 +217,9 @@ def test_cpu_runs_have_no_plan_and_unknown_gpus_refuse_nothing():
     assert run_plan(config="train").memory is None  # CPU: nothing planned, no model looked up
     unknown = run_plan()  # no GPU here and resources.gpu_memory_gb=0: the needs, no verdict
     if unknown.memory.gpu_bytes is None:
-        assert "GPU size unknown" in unknown.memory.describe() and unknown.memory.fits
+        described = unknown.memory.describe()
+        assert "GPU size unknown" in described and unknown.memory.fits
+        assert "what the GPU leaves (unknown here)" in described and "about 0 tokens" not in described
 
 
 def test_a_model_without_config_or_facts_is_named_not_refused():

@@ -30,3 +30,10 @@ def test_settings_with_no_effect_are_named_in_the_plan_and_a_default_config_is_q
                     "algorithm.filter=std", "algorithm.filter_ratio=0.5").notes == ()
     text = describe_plan(run_plan("base_models.policy_0.lora.dropout=0.1"))
     assert "warning:  base_models.policy_0.lora.dropout has no effect" in text
+
+
+def test_max_turns_of_an_agent_program_is_named():
+    program = ["env.name=program", "rollout.mode=trajectory", "specialization=L2"]
+    assert run_plan(*program).notes == ()
+    assert run_plan(*program, "env.max_turns=3").notes == (
+        "env.max_turns has no effect: an agent program decides its own turns (env.options.timeout bounds one run)",)
