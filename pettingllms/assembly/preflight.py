@@ -58,6 +58,18 @@ def locate_models(cfg: Config, run_plan: RunPlan) -> dict[str, ModelSource]:
     return _per_policy(cfg, run_plan, locate_model)
 
 
+def unplanned_model_problems(cfg: Config) -> list[ConfigError]:
+    """Each ``base_models`` entry whose model is not found, checked without a plan: when the config cannot be
+    planned (an unknown agent, say), a bad model path is still named beside that problem instead of after its fix."""
+    problems = []
+    for key, model in cfg.base_models.items():
+        try:
+            locate_model(model.path)
+        except ConfigError as exc:
+            problems.append(ConfigError(f"base_models.{key}.path={model.path}: {exc}"))
+    return problems
+
+
 def resolve_models(cfg: Config, run_plan: RunPlan) -> dict[str, Path]:
     """Every policy's local model directory: downloads and the packaged model's one-time conversion happen here."""
     return _per_policy(cfg, run_plan, resolve_model)

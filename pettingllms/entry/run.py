@@ -41,15 +41,19 @@ def run_checks(cfg) -> tuple[list[str], list[PettingLLMsError]]:
     every policy's engine and model (here, or downloadable: what would be downloaded is said) with its chat
     template on the first prompts, the placement, the checkpoint a resume continues. Returns (the summary lines,
     every problem found): one problem never hides the next, so a login node without the model still sees the plan,
-    the data and the rest. A config that cannot be planned raises, as nothing else can be checked without it."""
+    the data and the rest. A config that cannot be planned raises, as little else can be checked without it: its
+    models' paths are, and a missing one is raised beside the plan's problem."""
     from pettingllms.assembly.describe import describe_plan
     from pettingllms.assembly.plan import PREFLIGHT_PROBLEMS, cpu_budget, plan
     from pettingllms.assembly.preflight import (chat_codecs, check_engines, check_first_prompts, describe_engines,
-                                                describe_models, locate_models)
+                                                describe_models, locate_models, unplanned_model_problems)
     from pettingllms.data.problems import describe_data, preview_problems
     from pettingllms.runtime.placement import check_here
 
-    run_plan = plan(cfg)
+    try:
+        run_plan = plan(cfg)
+    except PettingLLMsError as exc:
+        raise one_error([exc, *unplanned_model_problems(cfg)]) from exc
     env = run_plan.env
     problems: list[PettingLLMsError] = []
 

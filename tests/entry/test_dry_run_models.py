@@ -176,3 +176,18 @@ def test_the_dry_run_shows_the_plan_and_every_problem_at_once(tmp_path, capsys, 
 
     if importlib.util.find_spec("vllm") is None:  # said, not refused: the cluster's nodes run the workers
         assert "engines:  policy_0 generate with vLLM, which is not installed here; RAY_ADDRESS is set" in captured.out
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_a_config_that_cannot_be_planned_still_names_a_missing_model(dry_run, tmp_path, capsys):
+    """An unknown agent stops the plan, but the model path is checked without it: both are named at once."""
+    missing = tmp_path / "no_such_model"
+    flags = ["--dry-run"] if dry_run else []
+    assert main(["train", *flags, *QUICK, "env.agents=[nobody]", f"base_models.policy_0.path={missing}",
+                 f"training.log_dir={tmp_path / 'logs'}"]) == 2
+    err = capsys.readouterr().err
+    if dry_run:
+        assert "2 problems stop this run" in err and "env.agents names 'nobody'" in err
+        assert f"base_models.policy_0.path={missing}: model directory" in err
+    else:  # the run itself stops at the plan, as before; the dry run is where every problem is listed
+        assert "env.agents names 'nobody'" in err
