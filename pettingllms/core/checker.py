@@ -1,10 +1,11 @@
 """Conformance checker for environments (``pettingllms check-env NAME``), in the spirit of Gymnasium's.
 
-It checks what tree sampling relies on: the reset/step signatures, determinism under a seed, a pure ``step``
-whose branches share no mutable object (also when stepped from many threads at once, as the executor does: a
-library that draws from a global random generator fails here), termination within ``max_turns``, rewards that are
-finite numbers, and agent parsers and observers that survive arbitrary text. Rewards are checked where a fresh
-model takes them: from the states an episode reaches, every agent's parse, step and rewards on adversarial outputs.
+It checks what tree sampling relies on: the reset/step signatures, generated test tasks disjoint from the training
+ones, determinism under a seed, a pure ``step`` whose branches share no mutable object (also when stepped from many
+threads at once, as the executor does: a library that draws from a global random generator fails here), termination
+within ``max_turns``, rewards that are finite numbers, and agent parsers and observers that survive arbitrary text.
+Rewards are checked where a fresh model takes them: from the states an episode reaches, every agent's parse, step
+and rewards on adversarial outputs.
 For envs that name their acting agents (games), only the agents the state names act, and the names must be the
 env's agents; at the end of an episode every agent's result must arrive: ``outcome`` a mapping of the env's agents
 to finite numbers, or, for an env without one, no agent that had no local reward after its own last move gets one
@@ -24,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from pettingllms.core.env import Agent, Env, Problem, decides_who_acts, has_outcome
+from pettingllms.core.env import (PROCEDURAL_TEST_SIZE, PROCEDURAL_TRAIN_SIZE, Agent, Env, Problem, decides_who_acts,
+                                   has_outcome)
+from pettingllms.core.errors import DataError
 from pettingllms.core.registry import make_agents
 from pettingllms.core.types import Transition
 
@@ -144,6 +147,22 @@ def check_problems(ctx: CheckContext) -> str | None:
     if ctx.problems is None:
         ctx.problems = list(ctx.env.example_problems(2))
     return None if ctx.problems else "example_problems() returned nothing to check with"
+
+
+def check_splits_are_disjoint(ctx: CheckContext) -> str | None:
+    """An env that generates its tasks: the test split shares no task id with the training tasks a run reads (the
+    run refuses that at its start; this says it before). Envs that read data files pass."""
+    try:
+        test = list(ctx.env.procedural_problems("test", PROCEDURAL_TEST_SIZE))
+    except DataError:
+        return None  # no generated tasks: its data files are checked when a run starts
+    trained = {p.problem_id for p in ctx.env.procedural_problems("train", PROCEDURAL_TRAIN_SIZE)}
+    shared = [p.problem_id for p in test if p.problem_id in trained]
+    if shared:
+        return (f"procedural_problems: {len(shared)} of the first {len(test)} 'test' task ids are among the first "
+                f"{PROCEDURAL_TRAIN_SIZE:,} 'train' ones ({', '.join(map(str, shared[:3]))}): validation would score "
+                f"tasks the run trains on; make the splits disjoint (e.g. the test split's seeds past the train's)")
+    return None
 
 
 def check_reset_determinism(ctx: CheckContext) -> str | None:
@@ -303,6 +322,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("signatures", check_signatures),
     ("agents", check_agents),
     ("problems", check_problems),
+    ("splits are disjoint", check_splits_are_disjoint),
     ("reset determinism", check_reset_determinism),
     ("parser survives garbage", check_parsers_survive_garbage),
     ("observe returns chat messages", check_observe_returns_chat_messages),

@@ -19,6 +19,11 @@ from typing import Any, ClassVar, Mapping, Sequence
 from pettingllms.core.graph import AgentGraph
 from pettingllms.core.types import Message, Transition
 
+# How many problems a run asks an env that generates its own for: per training epoch, and per validation set (when
+# env.max_val_problems is unset). The splits must be disjoint over these counts; the checker compares them.
+PROCEDURAL_TRAIN_SIZE = 100_000
+PROCEDURAL_TEST_SIZE = 50
+
 
 @dataclass(frozen=True)
 class Problem:

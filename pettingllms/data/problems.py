@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pettingllms.core import DataError, Env, Problem
+from pettingllms.core.env import PROCEDURAL_TEST_SIZE, PROCEDURAL_TRAIN_SIZE
 from pettingllms.data.cell_sizes import refuse_huge_cells
 from pettingllms.data.layout import dataset_path
 from pettingllms.data.row_checks import Fields, check_rows, fields_of
 
-PROCEDURAL_TRAIN_SIZE = 100_000  # generated problems per epoch when an env makes its own tasks
-PROCEDURAL_TEST_SIZE = 50
 PROCEDURAL = "procedural"
 FILE_SUFFIXES = (".parquet", ".jsonl", ".json")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -245,7 +244,7 @@ def check_disjoint(env: Env, training: Sequence[Problem], benchmarks: Mapping[st
         if label == PROCEDURAL:
             raise DataError(f"{type(env).__name__}.procedural_problems: the 'test' split shares task ids with "
                             f"'train' ({', '.join(ids)}), so validation would score tasks the run trains on; make "
-                            f"the splits disjoint (check-env checks the first few)")
+                            f"the splits disjoint (check-env checks the same counts)")
         warnings.append(f"validation set {label!r} shares problem ids with the training data ({', '.join(ids)}): "
                         f"its scores include problems the run trains on")
     return warnings

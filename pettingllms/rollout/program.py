@@ -232,17 +232,19 @@ def check_program(env: AgentProgram, seed: int = 0, name: str | None = None, run
     """check-env for an agent program: its tasks, then runs against a scripted endpoint through this module's
     rollout and gateway (the run's own): with a plain answer and with garbage, every run must finish and reward each
     agent that called, with finite rewards; each agent must call in some run. Never raises for a failing program."""
-    from pettingllms.core.checker import CheckReport, CheckResult, random_responses
+    from pettingllms.core.checker import (CheckContext, CheckReport, CheckResult, check_splits_are_disjoint,
+                                          random_responses)
 
     report = CheckReport(name or type(env).__name__)
     try:
         train, test = env.procedural_problems("train", 4), env.procedural_problems("test", 4)
+        shared = check_splits_are_disjoint(CheckContext(env))  # over the counts a run asks for
     except Exception as exc:  # noqa: BLE001 - the program's own failure is the report
         report.results.append(CheckResult("tasks", False, f"{type(exc).__name__}: {exc}"))
         return report
-    shared = sorted({p.problem_id for p in train} & {p.problem_id for p in test})
-    report.results.append(CheckResult("tasks", not shared and bool(train) and bool(test),
-                                      f"task ids in both splits: {shared}" if shared else ""))
+    empty = [split for split, tasks in (("train", train), ("test", test)) if not tasks]
+    report.results.append(CheckResult("tasks", not shared and not empty,
+                                      shared or (f"no {' and no '.join(empty)} tasks" if empty else "")))
     garbage = random_responses(64, seed)
     scripts = {"runs finish on plain answers": lambda prompt, k, request: "42",
                "runs finish on garbage answers": lambda prompt, k, request: garbage[len(prompt) % len(garbage)]}

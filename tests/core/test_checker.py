@@ -7,7 +7,7 @@ from nonfinite_support import NaNOnGarbageEnv
 
 from pettingllms.envs.toy.env import TargetsEnv, TargetWriter, target_score
 from pettingllms.cli import main
-from pettingllms.core import Transition
+from pettingllms.core import Problem, Transition
 from pettingllms.core.checker import check_env
 from pettingllms.core.registry import ENVS, get_env_class
 
@@ -96,6 +96,22 @@ def test_broken_envs_fail_with_a_clear_reason(env, check, detail):
     failures = [r for r in report.results if not r.ok and not r.detail.startswith("skipped")]
     assert failures[0].name == check
     assert detail in failures[0].detail
+
+
+class OverlappingSplitsEnv(TargetsEnv):
+    """Test tasks from seed 10,000 on: disjoint from the first few training tasks, not from the 100,000 a run reads
+    (the Nim example of docs/self_play.md had this shape)."""
+
+    def procedural_problems(self, split, count):
+        start = 10_000 if split == "test" else 0
+        return [Problem(f"task-{start + i}", {"prompt": f"Task {start + i}."}) for i in range(count)]
+
+
+def test_a_test_split_inside_the_training_tasks_fails_naming_the_ids():
+    report = check_env(OverlappingSplitsEnv())
+    (failure,) = [r for r in report.results if not r.ok and not r.detail.startswith("skipped")]
+    assert failure.name == "splits are disjoint"
+    assert "50 of the first 50 'test' task ids are among the first 100,000 'train' ones (task-10000" in failure.detail
 
 
 def test_cli_exit_codes(capsys):

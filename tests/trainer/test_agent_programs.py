@@ -28,6 +28,8 @@ PROGRAM = textwrap.dedent('''
 
     def tasks(split, count):
         offset = 0 if split == "train" else 1000
+        if os.environ.get("DUO_MODE") == "overlapping_splits":  # test ids 1000.. are among the 100,000 trained
+            return [{"id": f"task-{offset + i}", "x": offset + i} for i in range(count)]
         return [{"id": f"{split}-{i}", "x": offset + i} for i in range(count)]
 
     async def run(task, base_url, api_key):
@@ -214,6 +216,9 @@ def test_check_env_passes_the_program_and_names_what_a_broken_one_does_wrong(pro
     assert main(["check-env", "program", "--option", "program=duo_program", "--option", "agents=[a,b]"]) == 1
     out = capsys.readouterr().out
     assert "every agent calls: not checked: every run failed (above)" in out and "made no call" not in out
+    monkeypatch.setenv("DUO_MODE", "overlapping_splits")  # disjoint over the first few, not over what a run reads
+    assert main(["check-env", "program", "--option", "program=duo_program", "--option", "agents=[a,b]"]) == 1
+    assert "[FAIL] tasks: procedural_problems: 50 of the first 50 'test' task ids" in capsys.readouterr().out
 
 
 # The same shape written with an agent framework (the OpenAI Agents SDK): two agents, each its own `Agent` with
