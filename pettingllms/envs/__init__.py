@@ -36,3 +36,7 @@ register_agent("games.seat", "pettingllms.envs.seats:SeatAgent")
 # Agent programs (a module with `run` and `tasks`) trained through the run's OpenAI-compatible gateway.
 register_env("program", "pettingllms.envs.program:ProgramModule")
 register_agent("program_agent", "pettingllms.envs.program:ProgramAgent")
+
+# Environments written for verifiers (v1), trained as agent programs: the optional verifiers package (its own venv:
+# scripts/install_verifiers.sh).
+register_env("verifiers", "pettingllms.envs.verifiers_env:VerifiersEnv")

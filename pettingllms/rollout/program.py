@@ -72,6 +72,9 @@ class ProgramRollout:
 
     def close(self) -> None:
         self.gateway.close()
+        close_env = getattr(self.env, "close", None)  # an env holding servers of its own (verifiers' serving)
+        if callable(close_env):
+            close_env()
 
     def run(self, problems: Sequence[Problem], seeds: Sequence[int], validation: bool = False,
             n: int | None = None, opponents: Sequence[Any] | None = None) -> RolloutResult:

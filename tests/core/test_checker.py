@@ -14,8 +14,10 @@ from pettingllms.core.registry import ENVS, get_env_class
 
 @pytest.mark.parametrize("name", ENVS.names())
 def test_every_registered_env_passes(name):
-    from pettingllms.entry.check_env import conformance_report
+    from pettingllms.entry.check_env import _missing_package, conformance_report
 
+    if _missing_package(get_env_class(name)):  # verifiers: checked in its own lane (make test-verifiers)
+        pytest.skip(f"{name} needs {_missing_package(get_env_class(name))!r}, not installed in this venv")
     report = conformance_report(get_env_class(name)(), name=name)  # an agent program gets its own checks
     assert report.ok, report.format()
 

@@ -1,0 +1,33 @@
+"""Without the verifiers package (the default venv), env.name=verifiers says how to install it, and check-env --all
+names it as skipped (the verifiers lane, make test-verifiers, checks and trains it)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from pettingllms.cli import main
+from pettingllms.core import EnvError
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("verifiers") is not None, reason="verifiers is installed")
+
+
+def test_the_env_says_how_to_install_verifiers():
+    from pettingllms.envs.verifiers_env import VerifiersEnv
+
+    with pytest.raises(EnvError, match=r"verifiers is not installed: pip install verifiers==0\.4\.0 .*make test-verifiers"):
+        VerifiersEnv()
+
+
+def test_check_env_all_skips_it_and_naming_it_fails(capsys):
+    assert main(["check-env", "--all"]) == 0
+    assert "check-env verifiers: SKIPPED (needs the 'verifiers' package, not installed here)" in capsys.readouterr().out
+    assert main(["check-env", "verifiers"]) == 1
+    assert "verifiers is not installed" in capsys.readouterr().out
+
+
+def test_a_training_run_is_refused_before_it_starts(tmp_path, capsys):
+    assert main(["train", "env.name=verifiers", "rollout.mode=trajectory", "base_models.policy_0.path=tiny-random-smollm2",
+                 "resources.use_ray=false", f"training.log_dir={tmp_path}"]) == 2
+    assert "verifiers is not installed" in capsys.readouterr().err
