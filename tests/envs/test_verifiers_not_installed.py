@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("verifiers") is not Non
 def test_the_env_says_how_to_install_verifiers():
     from pettingllms.envs.verifiers_env import VerifiersEnv
 
-    with pytest.raises(EnvError, match=r"verifiers is not installed: pip install verifiers==0\.4\.0 .*make test-verifiers"):
+    with pytest.raises(EnvError, match=r"verifiers is not installed: pip install -e '\.\[verifiers\]' \(verifiers==0\.4\.0.*install_verifiers"):
         VerifiersEnv()
 
 

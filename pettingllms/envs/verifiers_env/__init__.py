@@ -29,8 +29,8 @@ log = logging.getLogger("pettingllms.envs")
 EXAMPLE_ID = "pettingllms-sums"
 EXAMPLE = {"taskset": {"id": EXAMPLE_ID}}
 KEY_VARIABLE = "PETTINGLLMS_GATEWAY_KEY"  # verifiers reads a client's key from the environment variable it names
-INSTALL = ("verifiers is not installed: pip install verifiers==0.4.0 (it needs openai<3, so not beside the "
-           "`programs` extra; make test-verifiers builds such a venv: scripts/install_verifiers.sh)")
+INSTALL = ("verifiers is not installed: pip install -e '.[verifiers]' (verifiers==0.4.0; it needs openai<3, so not "
+           "beside the `programs` extra: scripts/install_verifiers.sh builds such a venv)")
 
 
 def verifiers_installed() -> bool:
