@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from nonfinite_support import NaNOnGarbageEnv
 
@@ -125,6 +127,8 @@ def test_cli_exit_codes(capsys):
     assert main(["check-env", "no_such_env"]) == 1
     assert "unknown env 'no_such_env'" in capsys.readouterr().out
     assert main(["check-env", "--all"]) == 0
+    if importlib.util.find_spec("verifiers") is None:  # an optional library's env is said to be skipped, not failed
+        assert "check-env verifiers: SKIPPED (needs the 'verifiers' package, not installed here)" in capsys.readouterr().out
 
 
 def adversarial_failure(env) -> str:

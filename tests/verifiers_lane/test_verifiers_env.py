@@ -119,3 +119,67 @@ def test_the_pages_own_taskset_line_trains_a_users_single_agent_taskset(tmp_path
     (summary,) = (tmp_path / "logs").glob("**/summary.log")
     (row,) = [json.loads(line) for line in summary.read_text().splitlines()]
     assert row["episode/error_ratio"] == 0.0 and row["policy_0/actor/num_sequences"] == 4
+
+
+FROZEN_AND_DOCKER = """
+import verifiers.v1 as vf
+from pettingllms.envs.verifiers_env.example import SumTaskset
+
+
+class FrozenConfig(vf.EnvConfig):
+    solver: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"})
+    judge: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"}, runtime={"type": "docker"})
+
+
+class FrozenJudgeEnv(vf.Env[FrozenConfig]):
+    async def setup(self, agents):
+        agents.judge.trainable = False
+
+    async def run(self, task, agents):
+        await agents.solver.run(task)
+        await agents.judge.run(task)
+
+
+__all__ = ["SumTaskset", "FrozenJudgeEnv"]
+"""
+ENDLESS = """
+import verifiers.v1 as vf
+from pettingllms.envs.verifiers_env.example import SumTask, SumData
+
+
+class Endless(vf.Taskset[SumTask, vf.TasksetConfig]):
+    INFINITE = True
+
+    def load(self):
+        i = 0
+        while True:
+            yield SumTask(SumData(id=f"e-{i}", prompt="1 + 1?", answer="2"), self.config.task)
+            i += 1
+
+
+__all__ = ["Endless"]
+"""
+
+
+def test_a_runtime_the_env_declares_is_kept_a_frozen_role_is_refused_and_an_endless_taskset_too(tmp_path,
+                                                                                                 monkeypatch):
+    from pettingllms.envs.verifiers_env import _with_local_roles
+
+    (tmp_path / "frozen_judge.py").write_text(FROZEN_AND_DOCKER)
+    (tmp_path / "endless_sums.py").write_text(ENDLESS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config, roles = _with_local_roles({"taskset": {"id": "frozen_judge"}})
+    assert roles == ["solver", "judge"]
+    assert config["solver"]["runtime"] == {"type": "subprocess"}  # verifiers' default (a Prime sandbox) replaced
+    assert "runtime" not in config["judge"]  # the env's docker runtime is kept, never run unsandboxed
+    with pytest.raises(EnvError, match=r"endless \(INFINITE\): bound it"):
+        VerifiersEnv(config={"taskset": {"id": "endless_sums"}})
+
+    env = VerifiersEnv(config={"taskset": {"id": "frozen_judge"}, "judge": {"runtime": {"type": "subprocess"}}})
+    try:
+        from pettingllms.entry.check_env import conformance_report
+
+        report = conformance_report(env, name="frozen")  # its runs through the gateway, against a scripted model
+        assert not report.ok and "marks ['judge'] untrainable (trainable=False)" in report.format(), report.format()
+    finally:
+        env.close()
