@@ -1,9 +1,10 @@
 """``--rehearse``: the plan and placement part at the GPUs a script would take on a GPU node (8 when none is
 visible), through the rehearsal's own code; what its steps change; bad input.
 
-Placement starts one Ray actor per rank (up to 8 per script): the default lane rehearses the L3 script (two
-policies); every script is rehearsed in the slow lane (``make test-slow``), and the same placement of all 14
-scripts, through the same ``PolicyGroup``, runs in the default lane in tests/runtime/test_simulated_cluster.py.
+Placement starts one Ray actor per rank (up to 8 per script): every script is rehearsed in the slow lane (``make
+test-slow``; the default lane kept the L3 script until make test neared its 15 minutes), the three math scripts'
+whole rehearsals, placement included, run in CI's vLLM lane, and the same placement of all 14 scripts, through the
+same ``PolicyGroup``, runs in the default lane in tests/runtime/test_simulated_cluster.py.
 The steps themselves (tiny replicas, 2 gloo ranks, checkpoint, resume, export, reload) run in the vLLM lane
 (tests/vllm_cpu/test_rehearsal.py), one script per code path.
 """
@@ -43,8 +44,8 @@ def test_every_shipped_script_is_found():
     assert len(SCRIPTS) == 14
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, marks=() if s == "math/math_L3_model.sh" else pytest.mark.slow)
-                                    for s in SCRIPTS])
+@pytest.mark.slow  # 27 s per script; CI's vLLM lane rehearses three scripts whole (place included)
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_is_planned_and_placed_at_its_gpus(script, eight_gpus, capsys):
     from pettingllms.entry.rehearse import Rehearsal, place
 
