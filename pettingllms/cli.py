@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    from pettingllms.core.native_crashes import report_native_crashes
+
+    report_native_crashes()  # a segfault in a kernel prints every thread's stack, here and in every child
     if command == "check-env":
         from pettingllms.entry.check_env import check_env_command
 

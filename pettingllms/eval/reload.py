@@ -3,15 +3,23 @@
 What ``pettingllms export`` writes must load on its own; the rehearsal (``pettingllms train --rehearse``) checks it
 with these. They build their engines directly, not through ``runtime/serving.py`` (where training and evaluation
 build theirs), on purpose: the check is that the folder loads as a user's own transformers or vLLM would load it,
-with nothing of the run's settings.
+with nothing of the run's settings. vLLM's runs in a Python process of its own (``python -m pettingllms.eval.reload``),
+as a user's would: none of the caller's Ray, torch threads or engines are in it, and a crash of vLLM's native code is
+reported with its signal and the folder instead of ending the caller unexplained.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Sequence
 
-from pettingllms.core import ConfigError
+from pettingllms.core import ConfigError, PettingLLMsError
+from pettingllms.core.atomic import atomic_file
+from pettingllms.core.native_crashes import exit_status
 from pettingllms.models.load import refused_as_one_line
 
 
@@ -53,6 +61,25 @@ def generate_with_transformers(folder: Path) -> str:
 
 
 def generate_with_vllm(folder: Path) -> str:
+    """The export generating in vLLM, in a fresh Python process; its failure or crash raises ``ConfigError``."""
+    with tempfile.TemporaryDirectory(prefix="pettingllms-reload-") as tmp:
+        result = Path(tmp) / "result.json"
+        run = subprocess.run([sys.executable, "-m", "pettingllms.eval.reload", str(folder), str(result)], check=False)
+        answer = json.loads(result.read_text()) if result.is_file() else {}
+    if "error" in answer:
+        raise ConfigError(answer["error"])
+    if run.returncode != 0 or "text" not in answer:
+        raise ConfigError(vllm_process_failure(folder, run.returncode, answer.get("text")))
+    return answer["text"]
+
+
+def vllm_process_failure(folder: Path, returncode: int, text: str | None) -> str:
+    when = "before generating" if text is None else f"after generating {text!r}"
+    return (f"vLLM's process reloading the export in {folder} ended with {exit_status(returncode)} {when}; its output "
+            f"is above (a native crash prints every thread's Python stack there)")
+
+
+def _generate_with_vllm_here(folder: Path) -> str:
     from pettingllms.core.types import GenerationRequest, SamplingParams
     from pettingllms.rollout.vllm import VLLMEngine
 
@@ -75,3 +102,22 @@ def generate_with_vllm(folder: Path) -> str:
     if completion.failed or not completion.token_ids:
         raise ConfigError(f"the export in {folder} generated nothing in vLLM ({completion.finish_reason})")
     return completion.text
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m pettingllms.eval.reload FOLDER RESULT_JSON``: generate_with_vllm's process."""
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)
+    folder, result = Path(argv[0]), Path(argv[1])
+    try:
+        answer = {"text": _generate_with_vllm_here(folder)}
+    except PettingLLMsError as error:
+        answer = {"error": str(error)}
+    with atomic_file(result) as tmp:
+        tmp.write_text(json.dumps(answer))
+    return 0 if "text" in answer else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

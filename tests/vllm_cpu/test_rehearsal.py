@@ -39,8 +39,7 @@ def test_the_script_rehearses_end_to_end(script, exports):
     env.update(PYTHON=sys.executable, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     run = subprocess.run(["bash", str(ROOT / "scripts/train" / script), "--rehearse"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=2300)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-6000:]
+    assert run.returncode == 0, failure_report(run)
     lines = [line for line in run.stdout.splitlines() if line.startswith("rehearse: ")]
     assert any("placed by Ray on 8 logical GPU(s)" in line for line in lines), lines
     assert any("-> tiny-replica-qwen3-1.7b (tiny replica)" in line and "vllm engine" in line for line in lines)
@@ -50,3 +49,12 @@ def test_the_script_rehearses_end_to_end(script, exports):
         assert f"rehearse: export {folder} reloads in transformers and generates" in run.stdout
         assert f"rehearse: export {folder} reloads in vLLM and generates" in run.stdout
     assert lines[-1] == "rehearse: passed"
+
+
+def failure_report(run: subprocess.CompletedProcess) -> str:
+    """The phases the rehearsal reached (its stdout lines) and where it failed: a native crash's Python stacks
+    (faulthandler's, which the CLI turns on) when there is one, else the end of stderr."""
+    phases = "\n".join(line for line in run.stdout.splitlines() if line.startswith("rehearse: "))
+    crash = run.stderr.find("Fatal Python error")
+    where = run.stderr[crash:crash + 6000] if crash >= 0 else run.stderr[-6000:]
+    return f"exit {run.returncode}\n{phases}\n--- stderr ---\n{where}"
