@@ -17,6 +17,8 @@ import sys
 
 
 def report_native_crashes() -> None:
+    if os.environ.get("PYTHONFAULTHANDLER") == "":
+        return
     if not faulthandler.is_enabled():
         try:
             faulthandler.enable(all_threads=True)

@@ -36,6 +36,14 @@ def test_children_inherit_the_crash_report_and_a_users_setting_is_kept(monkeypat
     assert os.environ["PYTHONFAULTHANDLER"] == ""
 
 
+def test_an_empty_pythonfaulthandler_turns_the_report_off(tmp_path):
+    (tmp_path / "crashing_env.py").write_text("import ctypes\n\nctypes.string_at(0)\n")
+    run = subprocess.run([sys.executable, "-m", "pettingllms.cli", "check-env", "--imports", "crashing_env", "math"],
+                         cwd=tmp_path, env={**os.environ, "PYTHONFAULTHANDLER": ""}, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == -11 and "Fatal Python error" not in run.stderr
+
+
 def test_exit_status_in_words():
     assert exit_status(1) == "exit code 1"
     assert exit_status(-11) == "signal SIGSEGV"
