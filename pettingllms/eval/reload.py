@@ -19,7 +19,7 @@ from typing import Sequence
 
 from pettingllms.core import ConfigError, PettingLLMsError
 from pettingllms.core.atomic import atomic_file
-from pettingllms.core.native_crashes import exit_status
+from pettingllms.core.native_crashes import exit_status, report_native_crashes
 from pettingllms.models.load import refused_as_one_line
 
 
@@ -106,9 +106,7 @@ def _generate_with_vllm_here(folder: Path) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """``python -m pettingllms.eval.reload FOLDER RESULT_JSON``: generate_with_vllm's process."""
-    import faulthandler
-
-    faulthandler.enable(all_threads=True)
+    report_native_crashes()
     folder, result = Path(argv[0]), Path(argv[1])
     try:
         answer = {"text": _generate_with_vllm_here(folder)}

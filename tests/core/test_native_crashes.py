@@ -16,12 +16,17 @@ from pettingllms.eval.reload import generate_with_vllm, vllm_process_failure
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_segfault_in_a_users_env_module_prints_its_stack(tmp_path):
+def check_env_of_a_crashing_module(tmp_path, **env) -> subprocess.CompletedProcess:
+    """``pettingllms check-env`` importing a user's module that segfaults in its own function, at line 5."""
     (tmp_path / "crashing_env.py").write_text(
         "import ctypes\n\n\ndef crash():\n    ctypes.string_at(0)\n\n\ncrash()\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
-    run = subprocess.run([sys.executable, "-m", "pettingllms.cli", "check-env", "--imports", "crashing_env", "math"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    return subprocess.run([sys.executable, "-m", "pettingllms.cli", "check-env", "--imports", "crashing_env", "math"],
+                          cwd=tmp_path, env={**base, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_a_segfault_in_a_users_env_module_prints_its_stack(tmp_path):
+    run = check_env_of_a_crashing_module(tmp_path)
     assert run.returncode == -11, run.stderr[-2000:]
     assert "Segmentation fault" in run.stderr
     assert 'crashing_env.py", line 5 in crash' in run.stderr  # the user's line, in the Python stack
@@ -31,16 +36,13 @@ def test_children_inherit_the_crash_report_and_a_users_setting_is_kept(monkeypat
     monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
     report_native_crashes()
     assert os.environ["PYTHONFAULTHANDLER"] == "1"
-    monkeypatch.setenv("PYTHONFAULTHANDLER", "")
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "yes")
     report_native_crashes()
-    assert os.environ["PYTHONFAULTHANDLER"] == ""
+    assert os.environ["PYTHONFAULTHANDLER"] == "yes"
 
 
 def test_an_empty_pythonfaulthandler_turns_the_report_off(tmp_path):
-    (tmp_path / "crashing_env.py").write_text("import ctypes\n\nctypes.string_at(0)\n")
-    run = subprocess.run([sys.executable, "-m", "pettingllms.cli", "check-env", "--imports", "crashing_env", "math"],
-                         cwd=tmp_path, env={**os.environ, "PYTHONFAULTHANDLER": ""}, capture_output=True, text=True,
-                         timeout=120)
+    run = check_env_of_a_crashing_module(tmp_path, PYTHONFAULTHANDLER="")
     assert run.returncode == -11 and "Fatal Python error" not in run.stderr
 
 
