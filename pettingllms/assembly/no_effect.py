@@ -7,9 +7,11 @@ Only values that differ from the schema's defaults are named, so a shipped confi
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Sequence
 
-from pettingllms.config.schema import AlgorithmConfig, KLConfig, LoraConfig, RolloutConfig, SelfPlayConfig
+from pettingllms.config.diff import flatten
+from pettingllms.config.schema import AgentConfig, AlgorithmConfig, KLConfig, LoraConfig, RolloutConfig, SelfPlayConfig
 
 
 def _changed(section: Any, default: Any, keys: tuple[str, ...]) -> list[str]:
@@ -21,9 +23,10 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig" else value
 
 
-def no_effect(cfg: Any) -> list[str]:
-    """One line per setting that has no effect in this run, naming what switches it off."""
-    notes = []
+def no_effect(cfg: Any, acting: Sequence[str] | None = None) -> list[str]:
+    """One line per setting that has no effect in this run, naming what switches it off. ``acting``: the agents
+    that act (None: not known, and ``agents.<role>`` of the others is not looked at)."""
+    notes = [] if acting is None else idle_agent_settings(cfg, acting)
     lora = LoraConfig()
     for name, model in cfg.base_models.items():
         if model.lora.rank <= 0:
@@ -51,3 +54,29 @@ def no_effect(cfg: Any) -> list[str]:
         for key in _changed(self_play, SelfPlayConfig(), ("snapshot_every", "live_prob")):
             notes.append(f"self_play.{key} has no effect: self_play.pool_size is 0 (no opponent pool)")
     return notes
+
+
+def idle_agent_settings(cfg: Any, acting: Sequence[str]) -> list[str]:
+    """``agents.<role>`` of a role that does not act (L0's ``env.agents=[one]`` leaves the others out): its keys that
+    differ from the schema's defaults. A key whose value an acting agent shares is left out, so a shipped config that
+    gives every role the same sampling stays quiet under L0."""
+    acting_values = [_agent_values(cfg.agents[role]) for role in acting if role in cfg.agents]
+    default = _agent_values(AgentConfig())
+    notes = []
+    for role in sorted(set(cfg.agents) - set(acting)):
+        values = _agent_values(cfg.agents[role])
+        keys = [key for key, value in values.items() if value != default.get(key)
+                and not any(other.get(key) == value for other in acting_values)]
+        notes += [f"agents.{role}.{key} has no effect: {role} does not act in this run (the acting agents: "
+                  f"{list(acting)})" for key in keys]
+    return notes
+
+
+def _agent_values(agent: AgentConfig) -> dict[str, Any]:
+    return {key: _plain(value) for key, value in flatten(_as_dict(agent)).items()}
+
+
+def _as_dict(section: Any) -> Any:
+    if dataclasses.is_dataclass(section):
+        return {f.name: _as_dict(getattr(section, f.name)) for f in dataclasses.fields(section)}
+    return dict(section) if isinstance(section, dict) else section

@@ -144,7 +144,7 @@ def plan(cfg: Config, *, check_memory: bool = True) -> RunPlan:
                                                               "gpu_memory_utilization": sized[spec.policy]})
                     if spec.policy in sized else spec for spec in worker_specs]
     return RunPlan(env, policies, agents, agent_specs, executor_config, advantage_config, worker_specs, memory,
-                   servers=servers, pool=pool, notes=tuple(no_effect(cfg)))
+                   servers=servers, pool=pool, notes=tuple(no_effect(cfg, env.graph.agents)))
 
 
 def executor_config_of(cfg: Config) -> ExecutorConfig:

@@ -37,3 +37,23 @@ def test_max_turns_of_an_agent_program_is_named():
     assert run_plan(*program).notes == ()
     assert run_plan(*program, "env.max_turns=3").notes == (
         "env.max_turns has no effect: an agent program decides its own turns (env.options.timeout bounds one run)",)
+
+
+def test_settings_of_an_agent_that_does_not_act_are_named_and_the_shipped_single_agent_scripts_are_quiet():
+    """L0 (``env.agents=[one]``) planned only the acting agent: ``agents.<other>`` was dropped without a word."""
+    from script_support import script_command
+
+    single = ["base_models.policy_0.path=tiny-random-smollm2", "resources.use_ray=false", "env.dataset=null",
+              "specialization=L0", "env.agents=[reasoner]"]
+    assert plan(to_schema(compose("math", single)), check_memory=False).notes == ()  # tool's sampling is reasoner's
+    notes = plan(to_schema(compose("math", [*single, "agents.tool.policy=policy_1",
+                                            "agents.tool.train_sampling.temperature=0.3",
+                                            "agents.tool.train_sampling.top_p=0.9"])), check_memory=False).notes
+    acting = "tool does not act in this run (the acting agents: ['reasoner'])"
+    assert notes == (f"agents.tool.policy has no effect: {acting}",
+                     f"agents.tool.train_sampling.temperature has no effect: {acting}")
+    for script in ("math/math_L0_single_agent.sh", "code/code_L0_single_agent.sh", "game/sudoku_single.sh"):
+        name, args = script_command(script, {})
+        cfg = to_schema(compose(name, [*args, "base_models.policy_0.path=tiny-random-smollm2", "env.dataset=null",
+                                       "env.benchmark=[]", "resources.use_ray=false"]))
+        assert plan(cfg, check_memory=False).notes == (), script
