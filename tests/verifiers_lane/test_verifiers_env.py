@@ -183,3 +183,56 @@ def test_a_runtime_the_env_declares_is_kept_a_frozen_role_is_refused_and_an_endl
         assert not report.ok and "marks ['judge'] untrainable (trainable=False)" in report.format(), report.format()
     finally:
         env.close()
+
+
+HOOKED = """
+import os
+
+from pettingllms.envs.verifiers_env.example import SolverCheckerEnv, SumTaskset
+
+
+def note(event):
+    with open(os.environ["HOOKED_SUMS_LOG"], "a") as f:
+        f.write(event + "\\n")
+
+
+class HookedEnv(SolverCheckerEnv):
+    async def start(self):
+        note("start")
+
+    async def stop(self):
+        note("stop")
+
+    async def run(self, task, agents):
+        note("episode")
+        await super().run(task, agents)
+
+
+__all__ = ["SumTaskset", "HookedEnv"]
+"""
+
+
+def test_an_env_with_its_own_start_and_stop_runs_every_episode_inside_one_serving_held_until_close(tmp_path,
+                                                                                                   monkeypatch):
+    """verifiers runs ``start()`` inside ``serving()`` before any rollout and ``stop()`` when it exits: a rollout of an
+    env that brings up its own resources there holds one serving() for all its episodes, entered before the first and
+    left when the rollout closes the env; the next rollout enters it afresh."""
+    from pettingllms.entry.check_env import conformance_report
+
+    (tmp_path / "hooked_sums.py").write_text(HOOKED)
+    log = tmp_path / "events"
+    monkeypatch.setenv("HOOKED_SUMS_LOG", str(log))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = VerifiersEnv(config={"taskset": {"id": "hooked_sums"}})
+    try:
+        assert env._needs_serving
+        report = conformance_report(env, name="hooked")  # rollouts through the gateway, each closing the env
+        assert report.ok, report.format()
+    finally:
+        env.close()
+    events = log.read_text().split()
+    blocks = " ".join(events).split(" stop")[:-1]  # one per serving(): "start episode episode ..."
+    assert " ".join(events).endswith("stop") and len(blocks) >= 2, events
+    for block in blocks:
+        words = block.split()
+        assert words[0] == "start" and words.count("start") == 1 and words.count("episode") >= 2, events
