@@ -2,9 +2,9 @@
 visible), through the rehearsal's own code; what its steps change; bad input.
 
 Placement starts one Ray actor per rank (up to 8 per script): every script is rehearsed in the slow lane (``make
-test-slow``; the default lane kept the L3 script until make test neared its 15 minutes), the three math scripts'
-whole rehearsals, placement included, run in CI's vLLM lane, and the same placement of all 14 scripts, through the
-same ``PolicyGroup``, runs in the default lane in tests/runtime/test_simulated_cluster.py.
+test-slow``), the three math scripts' whole rehearsals, placement included, run in CI's vLLM lane, and the same
+placement of all 14 scripts, through the same ``PolicyGroup``, runs in the default lane on a simulated two-node
+cluster (tests/runtime/test_simulated_cluster.py).
 The steps themselves (tiny replicas, 2 gloo ranks, checkpoint, resume, export, reload) run in the vLLM lane
 (tests/vllm_cpu/test_rehearsal.py), one script per code path.
 """

@@ -47,13 +47,10 @@ def specs_of(script: str, env: dict[str, str], *overrides: str):
     return script_specs(script, env, *overrides)
 
 
-# The one-node cluster runs in the slow lane (make test-slow), to keep the default lane under 15 minutes: there every
-# script is placed on the two-node cluster (the harder case: bundles across nodes, TP groups kept on one), and
-# tests/entry/test_rehearse.py places an L3 script on one node.
-# Both clusters in the slow lane since 2026-11-27 (make test from a fresh clone took 15.6 min with the two-node one in
-# the default lane); every script's placement stays in the default lane through tests/entry/test_rehearse.py.
-@pytest.fixture(scope="module", params=[pytest.param("1x8", marks=pytest.mark.slow),
-                                        pytest.param("2x4", marks=pytest.mark.slow)])
+# The two-node cluster (the harder case: bundles across nodes, TP groups kept on one) runs in the default lane: it is
+# the default lane's only placement of every script at its GPUs. The one-node cluster is in the slow lane (make
+# test-slow); CI's vLLM lane also places the three math scripts on one 8-GPU node in their whole rehearsals.
+@pytest.fixture(scope="module", params=[pytest.param("1x8", marks=pytest.mark.slow), "2x4"])
 def cluster(request):
     """A Ray instance with logical GPUs: one 8-GPU node, or two 4-GPU nodes."""
     import ray

@@ -39,9 +39,6 @@ SLOW_WRITES = ("-c", "import sys, time; import pettingllms.learner.state as s; w
                      "from pettingllms.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-# Slow lane (make test-slow; 17-22 s): the default lane is at its 15-minute bar. The kill -9 test of synchronous
-# checkpoints stays in the default lane (tests/trainer/test_kill_resume.py).
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_kill_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_path):
     straight, _ = run_training("train", BASE + ASYNC + [f"training.log_dir={tmp_path}/straight",

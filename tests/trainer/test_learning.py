@@ -73,9 +73,6 @@ def test_l2_agents_learn_opposite_targets_with_their_own_adapters(tmp_path):
     assert rises(bob, 0.1), bob
 
 
-# Slow lane (make test-slow): the default lane is at its 15-minute bar; L3 training and resume stay in the default
-# lane through tests/runtime/test_fsdp_ray.py and tests/runtime/test_ray_policies.py.
-@pytest.mark.slow
 def test_l3_agents_learn_opposite_targets_with_their_own_models(tmp_path):
     run = train(tmp_path, "specialization=L3")
     alice = reward_curve(run, "policy_alice/alice/local_reward_mean")
