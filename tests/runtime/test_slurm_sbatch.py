@@ -51,8 +51,8 @@ def ray_processes_of(port: int) -> list[str]:
     return [line for line in out if "gcs_server" in line and f"--gcs_server_port={port}" in line]
 
 
-# Slow lane (make test-slow): 35 s, and the default lane is at its 15-minute bar (2026-11-27: 888 s from a fresh
-# clone); the scripts' Ray placement stays in the default lane through tests/entry/test_rehearse.py.
+# Slow lane (make test-slow): 35 s; the scripts' Ray placement across two nodes is in the default lane
+# (tests/runtime/test_simulated_cluster.py).
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_sbatch_script_starts_a_two_process_ray_cluster_and_trains_through_it(tmp_path):
