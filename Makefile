@@ -10,7 +10,7 @@ FIND_LINKS ?= $(PIP_FIND_LINKS)
 UV_FLAGS := --python $(BIN)/python --compile-bytecode $(if $(strip $(FIND_LINKS)),--find-links $(FIND_LINKS))
 STAMP := $(VENV)/.installed
 # The default lane's worker processes (pytest-xdist). Most of its tests keep one core busy, so 2 workers on the
-# 2-core machine take it from ~17 to ~10 minutes. Tests may run beside each other: each starts its own Ray
+# 2-core machine take it from ~17 to ~12 minutes. Tests may run beside each other: each starts its own Ray
 # instance (address="local"), binds free ports, writes its runs under its own tmp_path, and the sandbox and the model
 # cache are built for concurrent users. TEST_WORKERS=0: one process, without xdist (pytest's --pdb needs it).
 TEST_WORKERS ?= 2
