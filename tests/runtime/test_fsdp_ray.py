@@ -43,10 +43,12 @@ POLICIES = (("policy_alice", "alice"), ("policy_bob", "bob"))
 def shared_ray():
     import ray
 
+    from pettingllms.runtime.local_ray import start_local_ray
+
     assert not ray.is_initialized()
-    ray.init(address="local", num_cpus=2, namespace="pettingllms-test-fsdp", include_dashboard=False, log_to_driver=False)
+    local = start_local_ray(num_cpus=2, namespace="pettingllms-test-fsdp", include_dashboard=False, log_to_driver=False)
     yield ray
-    ray.shutdown()
+    local.stop()
 
 
 def comparable(run_dir: Path) -> dict[int, dict[str, float]]:

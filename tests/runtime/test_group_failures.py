@@ -12,10 +12,11 @@ def test_the_first_failing_rank_raises_without_waiting_for_the_blocked_ones():
     import ray
 
     from pettingllms.runtime.group import PolicyGroup
+    from pettingllms.runtime.local_ray import start_local_ray
 
     assert not ray.is_initialized()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="pettingllms-test-fail-fast",
-             log_to_driver=False)
+    local = start_local_ray(num_cpus=2, include_dashboard=False, namespace="pettingllms-test-fail-fast",
+                            log_to_driver=False)
     try:
         @ray.remote(num_cpus=0)
         def blocked_rank():
@@ -32,4 +33,4 @@ def test_the_first_failing_rank_raises_without_waiting_for_the_blocked_ones():
             PolicyGroup._rank0_results({"policy_0": [blocked_rank.remote(), failing_rank.remote()]})
         assert time.perf_counter() - started < 60
     finally:
-        ray.shutdown()
+        local.stop()
