@@ -189,7 +189,13 @@ class CheckedWriter(FileSystemWriter):
         # threading.excepthook, which two overlapping saves (two policies' background checkpoints) would swap under
         # each other, losing or misfiling a failure.
         with _ONE_SAVE_AT_A_TIME, _WriterThreadFailures() as failures:
-            future = super().write_data(plan, planner)
+            try:
+                future = super().write_data(plan, planner)
+            except BaseException:
+                # torch's saving thread writes too, and a failure of its own (a full disk) leaves without joining
+                # the writer threads: they would go on writing into the folder the caller is about to remove.
+                _join_writer_threads()
+                raise
         failures.raise_first()
         results = future.wait()
         missing = {item.index for item in plan.items} - {result.index for result in results}
@@ -197,6 +203,17 @@ class CheckedWriter(FileSystemWriter):
             raise OSError(f"{len(missing)} of {len(plan.items)} checkpoint entries were not written to {self.path} "
                           f"(e.g. {sorted(index.fqn for index in missing)[:3]})")
         return future
+
+
+def _join_writer_threads() -> None:
+    """Wait for every DCP writer thread still running (one save at a time: they are this save's)."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and _is_writer_thread(thread):
+            thread.join()
+
+
+def _is_writer_thread(thread: threading.Thread | None) -> bool:
+    return thread is not None and "_write_files_from_queue" in thread.name
 
 
 class _WriterThreadFailures:
@@ -207,7 +224,7 @@ class _WriterThreadFailures:
         self._previous = threading.excepthook
 
     def _keep(self, args) -> None:
-        if args.thread is not None and "_write_files_from_queue" in args.thread.name:
+        if _is_writer_thread(args.thread):
             self.failures.append(args.exc_value)
         else:
             self._previous(args)

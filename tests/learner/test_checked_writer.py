@@ -6,7 +6,9 @@ results miss planned entries is refused. A good save loads back equal, from any 
 from __future__ import annotations
 
 import errno
+import shutil
 import threading
+import time
 
 import pytest
 import torch
@@ -120,3 +122,25 @@ def test_two_overlapping_saves_take_turns_so_the_excepthook_is_theirs_and_restor
         safe_dcp.FileSystemWriter.write_data = base
     assert overlaps == [1, 1, 1]
     assert threading.excepthook is original
+
+
+def test_a_failing_save_returns_only_once_its_writer_threads_have_stopped(tmp_path):
+    """torch's saving thread writes files too, and a failure of its own leaves without joining the writer threads: they
+    went on writing into the folder the caller then removed (under load, a full disk's partial checkpoint was left
+    behind, its DiskFullError saying it had been removed)."""
+    writer = CheckedWriter(tmp_path / "partial", thread_count=4)
+    create = writer.fs.create_stream
+
+    def create_stream(path, mode):
+        if threading.current_thread() is threading.main_thread():
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        time.sleep(0.3)  # the writer threads are still at work when the saving thread fails
+        return create(path, mode)
+
+    writer.fs.create_stream = create_stream
+    with pytest.raises(CheckpointException, match="No space left on device"):
+        dcp.save(_state(), storage_writer=writer)
+    assert not [t for t in threading.enumerate() if "_write_files_from_queue" in t.name]
+    shutil.rmtree(tmp_path / "partial")
+    time.sleep(0.5)  # a writer thread still running would write again here
+    assert not (tmp_path / "partial").exists()
