@@ -7,10 +7,10 @@ Only values that differ from the schema's defaults are named, so a shipped confi
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Sequence
 
 from pettingllms.config.diff import flatten
+from pettingllms.config.load import to_dict
 from pettingllms.config.schema import AgentConfig, AlgorithmConfig, KLConfig, LoraConfig, RolloutConfig, SelfPlayConfig
 
 
@@ -76,10 +76,4 @@ def idle_agent_settings(cfg: Any, acting: Sequence[str]) -> list[str]:
 
 
 def _agent_values(agent: AgentConfig) -> dict[str, Any]:
-    return {key: _plain(value) for key, value in flatten(_as_dict(agent)).items()}
-
-
-def _as_dict(section: Any) -> Any:
-    if dataclasses.is_dataclass(section):
-        return {f.name: _as_dict(getattr(section, f.name)) for f in dataclasses.fields(section)}
-    return dict(section) if isinstance(section, dict) else section
+    return flatten(to_dict(agent))
