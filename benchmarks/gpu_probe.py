@@ -12,7 +12,7 @@ stored tensors' names and shapes), the model of the shipped math scripts.
   prompt and K=4 responses of 1,792 tokens, 8,192 columns) through one attention layer, forward and backward in
   bf16: today's path (``models/attention.grouped_sdpa_attention``: the dense ``[1,1,L,L]`` mask, K/V repeated to
   every head so the memory-efficient kernel qualifies) against FlexAttention with a block mask made from the row's
-  segments (grouped K/V, masked blocks skipped). Checks that the block mask equals the learner's dense mask element
+  ``visible_until`` columns (grouped K/V, masked blocks skipped). Checks that the block mask equals the learner's dense mask element
   for element, and the outputs' and gradients' differences.
 - ``ipc``: the weight sync's transfer, learner process to engine process, of every bf16 tensor of the model
   as stored (4.06 GB: 3.44 GB of weights and the tied head stored once more) in 512 MiB buckets (or the largest
@@ -94,7 +94,7 @@ def timed(fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int
 
 def tree_row(shape: dict[str, int]):
     """The learner's packed row for one tree node: the prompt once, then each branch's response (its dense mask,
-    and the segment ids the learner's block mask is made from)."""
+    and the ``visible_until`` columns the learner's block mask is made from)."""
     from pettingllms.core.types import Sample
     from pettingllms.learner.batching import build_batch
 
@@ -119,13 +119,13 @@ def probe_attention(device: torch.device, quick: bool, repeats: int) -> dict[str
     shape = attention_shape(quick)
     batch = tree_row(shape)
     length = batch.input_ids.shape[1]
-    segments, positions = batch.segment_ids.to(device), batch.position_ids.to(device)
+    visible, positions = batch.visible_until.to(device), batch.position_ids.to(device)
     dense = batch.attention_mask.to(device)
-    mask_equal = bool(torch.equal(create_mask(tree_mask_mod(segments, positions, None), 1, 1, length, length,
+    mask_equal = bool(torch.equal(create_mask(tree_mask_mod(visible, positions, None), 1, 1, length, length,
                                               device=device), dense))
     layout = AttentionLayout()
-    block_mask = layout.block_masks(segments, positions)
-    mask_build_s = median(timed(lambda: layout.block_masks(segments, positions), device, 3, warmup=1))
+    block_mask = layout.block_masks(visible, positions)
+    mask_build_s = median(timed(lambda: layout.block_masks(visible, positions), device, 3, warmup=1))
 
     dtype = torch.float32 if quick else torch.bfloat16
     hq, hkv, d = shape["q_heads"], shape["kv_heads"], shape["head_dim"]
@@ -171,7 +171,7 @@ def probe_attention(device: torch.device, quick: bool, repeats: int) -> dict[str
     for prompt, branches, response in ((1000, 4, 1500), (700, 3, 1800), (2000, 8, 700)):
         other = tree_row(dict(shape, prompt=prompt, branches=branches, response=response) if not quick else
                          dict(shape, prompt=prompt // 40, branches=branches, response=response // 40))
-        mask = layout.block_masks(other.segment_ids.to(device), other.position_ids.to(device))
+        mask = layout.block_masks(other.visible_until.to(device), other.position_ids.to(device))
         tensors = inputs(other.input_ids.shape[1], seed=1)
         first = timed(lambda: step(mask, tensors, train=backward), device, 1, warmup=0)[0]
         after = median(timed(lambda: step(mask, tensors, train=backward), device, 3, warmup=0))

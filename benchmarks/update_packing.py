@@ -31,7 +31,7 @@ from _machine import machine_info  # noqa: E402
 from _report import learner_config, out_dir  # noqa: E402
 from pettingllms.core.types import Sample  # noqa: E402
 from pettingllms.learner import PolicyLearner  # noqa: E402
-from pettingllms.learner.batching import pack_by_prompt, packed_length  # noqa: E402
+from pettingllms.learner.packing import pack_by_prefix, packed_length  # noqa: E402
 from pettingllms.models import HFChatCodec, LoraSpec, attach_adapters, load_model, resolve_model  # noqa: E402
 
 K = 4
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args, model_name, model_dir, samples, advantages = (work.args, work.model_name, work.model_dir, work.samples,
                                                         work.advantages)
     unpacked_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-    packed_tokens = sum(packed_length(samples, unit) for unit in pack_by_prompt(samples))
+    packed_tokens = sum(packed_length(samples, unit) for unit in pack_by_prefix(samples))
     results = {}
     for mode in ("full", "lora"):
         model = load_model(model_dir, dtype="float32")

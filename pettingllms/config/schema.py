@@ -275,15 +275,18 @@ class OptimConfig(Freezable):
     ppo_mini_batch_size: int = setting(0, "sequences per optimizer step; 0 = the whole step's batch (exactly "
                                           "on-policy: old log-probs come from the same forward)")
     micro_batch_max_tokens: int = setting(8192, "token budget per forward pass; gradients accumulate beyond it")
-    pack_shared_prompts: bool = setting(True, "forward the K branches of a tree node as one row that shares the "
-                                              "prompt (the same logits, far fewer forward tokens)")
+    pack_shared_prompts: bool = setting(True, "forward samples whose prompts share a prefix as one row, the "
+                                              "prefix once (a tree node's K branches, an agent's turns and "
+                                              "episodes behind one system prompt and task; learner/packing.py): "
+                                              "the same logits, far fewer forward tokens. false: one row per "
+                                              "sample")
     logprob_chunk_tokens: int = setting(0, "0: the LM head computes float32 logits of a whole micro-batch (the "
                                            "memory plan's largest term at large vocabularies). N: the response "
                                            "tokens' log-probs N tokens at a time, each chunk's logits recomputed in "
                                            "the backward; the same values up to rounding")
     attention: AttentionKernel = setting(AttentionKernel["auto"], "the learner's attention over packed rows. `sdpa`: "
                                          "PyTorch's SDPA with the rows' dense mask (every block computed). `flex`: "
-                                         "FlexAttention with a block mask from the rows' segments, skipping the "
+                                         "FlexAttention with a block mask from the rows' packing, skipping the "
                                          "blocks the mask hides (CUDA only: it has no backward on CPU); the same "
                                          "values up to rounding. `auto`: flex on CUDA, sdpa elsewhere")
     compile: bool = setting(False, "`torch.compile` each decoder layer's forward for the learner's passes "

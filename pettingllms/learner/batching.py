@@ -1,16 +1,20 @@
 """Turn ``Sample``s into model inputs, and split work into mini-batches and token-budget micro-batches.
 
-Shared-prompt packing. In tree mode the K branches of a (turn, agent) node share one prompt, and on the quickstart
-task the prompt is 3-4 times longer than a response. Instead of one row per sample (the prompt repeated K times),
-samples with the same prompt ids are *packed* into one row::
+Prefix packing. In tree mode the K branches of a (turn, agent) node share one prompt; across nodes, turns and
+episodes an agent's prompts share their first tokens too (its system prompt and the task; in trajectory mode the K
+episodes of a problem share everything up to their first different turn). On the quickstart task a prompt is ~14 times
+longer than a response. Instead of one row per sample (each prompt repeated whole), the samples of a *packing unit*
+share one row laid out as the token trie of their prompts, each response a leaf under its own prompt::
 
-    prompt | response_1 | response_2 | ... | response_m | padding
+    common prefix | rest of prompt A | response A1 | response A2 | rest of prompt B | response B1 | padding
 
-with position ids that restart at ``len(prompt)`` for every response, and a 4-D attention mask in which a response
-token sees the prompt and the earlier tokens of its own response only. Every response token therefore gets exactly
-the logits it would get in its own row (tested to float tolerance), gradients through the shared prompt add up as
-they would over m separate rows, and the forward costs ``P + sum(R_i)`` tokens instead of ``m * P + sum(R_i)``.
-A sample whose prompt no one shares is simply a row of one.
+The trie is written depth first (prompts in sorted order), so every node's descendants are the columns right after
+it, and one integer per column says who may see it: column ``c`` is visible to the columns ``c .. visible_until[c]``,
+its own later tokens and its whole subtree. A token therefore attends to exactly the tokens before it in its own
+sample's sequence (prompt, then its response). Position ids are each token's position in that sequence, so every
+response token gets exactly the logits it would get in its own row (tested to float tolerance), gradients through a
+shared prefix add up as they would over separate rows, and a forward costs the trie's tokens plus the responses
+instead of every prompt whole. A sample whose prompt shares nothing is simply a row of one.
 
 Response-aligned tensors (``response_ids``, ``response_mask``, ``advantages``, log-probabilities) are (N, T), one
 row per *sample* with column j = response token j, so they line up with verl's loss functions unchanged.
@@ -25,6 +29,7 @@ from typing import Sequence
 import torch
 
 from pettingllms.core.types import Sample
+from pettingllms.learner.packing import lay_out_row, learner_temperature, pack_by_prefix
 
 
 @dataclass(frozen=True)
@@ -34,10 +39,10 @@ class PolicyBatch:
     input_ids, position_ids: (R, L) int64.
     attention_mask: (R, 1, L, L) bool, True where a query position may attend to a key position. Padding
         positions attend to themselves only, so no softmax row is empty (an empty row would give NaN). None when
-        the batch is built for FlexAttention (``dense_mask=False``), which reads ``segment_ids`` instead.
-    segment_ids: (R, L) int32, the same mask as segments: 0 for the row's prompt, b + 1 for the row's b-th
-        response, -1 for padding. A token attends to earlier columns of its own segment and of the prompt; padding
-        to itself (``learner/masks.py`` builds FlexAttention's block mask from it).
+        the batch is built for FlexAttention (``dense_mask=False``), which reads ``visible_until`` instead.
+    visible_until: (R, L) int64, the same mask as one integer per column (``learner/packing.py``): column c is
+        visible to the columns c .. visible_until[c]; -1 for padding, which sees itself only. ``tree_mask`` (and
+        ``learner/masks.py`` for FlexAttention) builds the mask from it.
     sample_rows: (N,) int64, the packed row holding each sample.
     logit_columns: (N, T) int64, the row column whose logits predict response token j (the last prompt column
         for j = 0, shared by every response of the row); 0 beyond the response.
@@ -56,7 +61,7 @@ class PolicyBatch:
     input_ids: torch.Tensor
     position_ids: torch.Tensor
     attention_mask: torch.Tensor | None
-    segment_ids: torch.Tensor
+    visible_until: torch.Tensor
     sample_rows: torch.Tensor
     logit_columns: torch.Tensor
     response_lengths: torch.Tensor
@@ -88,40 +93,14 @@ class PolicyBatch:
                               for name in self.__dataclass_fields__})
 
 
-def learner_temperature(sample: Sample) -> float:
-    """The temperature the learner scales a sample's logits by: its sampling temperature, or 1 for greedy ones."""
-    return float(sample.temperature) if sample.temperature > 0 else 1.0
-
-
-def pack_by_prompt(samples: Sequence[Sample], max_tokens: int | None = None) -> list[list[int]]:
-    """Indices of ``samples`` grouped into packing units: samples with identical prompt ids (and sampling
-    temperature, which a row shares), in first-seen order.
-
-    ``max_tokens`` caps a unit's packed length (prompt + its responses): a large group is split into several
-    units, each repeating the prompt, so one row never outgrows the micro-batch budget (the attention mask is
-    L x L). A single sample longer than the cap still gets a unit of its own.
-    """
-    by_prompt: dict[tuple, list[int]] = {}
-    for index, sample in enumerate(samples):
-        by_prompt.setdefault((tuple(sample.prompt_ids), learner_temperature(sample)), []).append(index)
-    units: list[list[int]] = []
-    for (prompt, _), indices in by_prompt.items():
-        unit: list[int] = []
-        length = len(prompt)
-        for index in indices:
-            extra = len(samples[index].response_ids)
-            if unit and max_tokens is not None and length + extra > max_tokens:
-                units.append(unit)
-                unit, length = [], len(prompt)
-            unit.append(index)
-            length += extra
-        units.append(unit)
-    return units
-
-
-def packed_length(samples: Sequence[Sample], unit: Sequence[int]) -> int:
-    """Tokens in the packed row of ``unit``: the shared prompt once plus every response."""
-    return len(samples[unit[0]].prompt_ids) + sum(len(samples[i].response_ids) for i in unit)
+def tree_mask(visible_until: torch.Tensor) -> torch.Tensor:
+    """(R, 1, L, L) bool attention mask of packed rows: query q sees key kv when kv <= q <= visible_until[kv];
+    padding (-1) sees itself only."""
+    length = visible_until.shape[-1]
+    columns = torch.arange(length, device=visible_until.device)
+    queries, keys = columns.view(length, 1), columns.view(1, length)
+    seen = (keys <= queries) & (queries <= visible_until.unsqueeze(1))  # (R, L, L)
+    return (seen | (keys == queries)).unsqueeze(1)
 
 
 def build_batch(
@@ -131,11 +110,12 @@ def build_batch(
     units: Sequence[Sequence[int]] | None = None,
     dense_mask: bool = True,
 ) -> PolicyBatch:
-    """Pack ``samples`` into a ``PolicyBatch``, one row per unit of ``units`` (default: ``pack_by_prompt``).
+    """Pack ``samples`` into a ``PolicyBatch``, one row per unit of ``units`` (default: ``pack_by_prefix``).
 
-    ``advantages``: one scalar per sample (zeros when None). Samples of one unit must share their prompt ids.
-    ``dense_mask``: build the (R, 1, L, L) mask; without it (FlexAttention) only ``segment_ids`` describe the rows,
-    which saves an L x L tensor per row (64 MB at 8,192 tokens) and its construction on the host.
+    ``advantages``: one scalar per sample (zeros when None). Samples of one unit must share their sampling
+    temperature; their prompts may share any prefix, or none.
+    ``dense_mask``: build the (R, 1, L, L) mask; without it (FlexAttention) only ``visible_until`` describes the
+    rows, which saves an L x L tensor per row (64 MB at 8,192 tokens).
     """
     if not samples:
         raise ValueError("build_batch needs at least one sample")
@@ -144,24 +124,21 @@ def build_batch(
     for index, sample in enumerate(samples):
         if not sample.prompt_ids:
             raise ValueError(f"sample {index} (episode {sample.episode!r}) has an empty prompt")
-    units = [list(unit) for unit in (units if units is not None else pack_by_prompt(samples))]
+    units = [list(unit) for unit in (units if units is not None else pack_by_prefix(samples))]
     if sorted(i for unit in units for i in unit) != list(range(len(samples))):
         raise ValueError("units must hold every sample index exactly once")
     for unit in units:
-        if any(samples[i].prompt_ids != samples[unit[0]].prompt_ids for i in unit):
-            raise ValueError(f"samples {unit} do not share one prompt and cannot be packed together")
         if len({learner_temperature(samples[i]) for i in unit}) > 1:
             raise ValueError(f"samples {unit} were sampled at different temperatures and cannot share a row")
 
+    layouts = [lay_out_row(samples, unit) for unit in units]
     num_rows, num_samples = len(units), len(samples)
-    seq_len = max(packed_length(samples, unit) for unit in units)
+    seq_len = max(len(layout.ids) for layout in layouts)
     resp_len = max(1, max(len(s.response_ids) for s in samples))
 
     input_ids = torch.full((num_rows, seq_len), pad_token_id, dtype=torch.long)
     position_ids = torch.zeros((num_rows, seq_len), dtype=torch.long)
-    segment_ids = torch.full((num_rows, seq_len), -1, dtype=torch.int32)
-    # Start from "padding attends to itself"; real tokens overwrite their own rows below.
-    attention_mask = torch.eye(seq_len, dtype=torch.bool).repeat(num_rows, 1, 1, 1) if dense_mask else None
+    visible_until = torch.full((num_rows, seq_len), -1, dtype=torch.long)
     sample_rows = torch.zeros(num_samples, dtype=torch.long)
     logit_columns = torch.zeros((num_samples, resp_len), dtype=torch.long)
     response_ids = torch.zeros((num_samples, resp_len), dtype=torch.long)
@@ -170,33 +147,24 @@ def build_batch(
     rollout_log_probs = torch.zeros((num_samples, resp_len), dtype=torch.float32)
     rollout_mask = torch.zeros((num_samples, resp_len), dtype=torch.float32)
     row_temperatures = torch.tensor([learner_temperature(samples[unit[0]]) for unit in units], dtype=torch.float32)
-    causal = torch.ones((seq_len, seq_len), dtype=torch.bool).tril() if dense_mask else None
 
-    for row, unit in enumerate(units):
-        prompt = samples[unit[0]].prompt_ids
-        plen = len(prompt)
-        input_ids[row, :plen] = torch.tensor(prompt, dtype=torch.long)
-        position_ids[row, :plen] = torch.arange(plen)
-        if attention_mask is not None:
-            attention_mask[row, 0, :plen, :plen] = causal[:plen, :plen]
-        segment_ids[row, :plen] = 0
-        start = plen
-        for segment, index in enumerate(unit, start=1):
+    for row, (unit, layout) in enumerate(zip(units, layouts)):
+        used = len(layout.ids)
+        input_ids[row, :used] = torch.tensor(layout.ids, dtype=torch.long)
+        position_ids[row, :used] = torch.tensor(layout.positions, dtype=torch.long)
+        visible_until[row, :used] = torch.tensor(layout.visible_until, dtype=torch.long)
+        # Padding positions keep counting so position ids stay within the model's range; they are never read.
+        next_position = layout.positions[-1] + 1
+        position_ids[row, used:] = torch.arange(next_position, next_position + seq_len - used)
+        for index, start, last_prompt in zip(unit, layout.response_starts, layout.last_prompt_columns):
             sample = samples[index]
             response = sample.response_ids
             rlen = len(response)
-            end = start + rlen
             sample_rows[index] = row
             if rlen:
-                input_ids[row, start:end] = torch.tensor(response, dtype=torch.long)
-                position_ids[row, start:end] = torch.arange(plen, plen + rlen)
-                if attention_mask is not None:
-                    attention_mask[row, 0, start:end, :plen] = True  # the shared prompt
-                    attention_mask[row, 0, start:end, start:end] = causal[:rlen, :rlen]  # its own earlier tokens
-                segment_ids[row, start:end] = segment
-                # Token j is predicted at the column before it: the last prompt column for j = 0.
-                logit_columns[index, 0] = plen - 1
-                logit_columns[index, 1:rlen] = torch.arange(start, end - 1)
+                # Token j is predicted at the column before it: the prompt's last column for j = 0.
+                logit_columns[index, 0] = last_prompt
+                logit_columns[index, 1:rlen] = torch.arange(start, start + rlen - 1)
                 response_ids[index, :rlen] = torch.tensor(response, dtype=torch.long)
             if sample.response_logprobs:
                 if len(sample.response_logprobs) != rlen:
@@ -211,16 +179,12 @@ def build_batch(
                 response_mask[index, :rlen] = 1.0
                 if advantages is not None:
                     advantage_rows[index, :rlen] = float(advantages[index])
-            start = end
-        # Padding positions keep counting so position ids stay within the model's range; they are never read.
-        next_position = int(position_ids[row, start - 1]) + 1
-        position_ids[row, start:] = torch.arange(next_position, next_position + seq_len - start)
 
     return PolicyBatch(
         input_ids=input_ids,
         position_ids=position_ids,
-        attention_mask=attention_mask,
-        segment_ids=segment_ids,
+        attention_mask=tree_mask(visible_until) if dense_mask else None,
+        visible_until=visible_until,
         sample_rows=sample_rows,
         logit_columns=logit_columns,
         response_lengths=torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long),

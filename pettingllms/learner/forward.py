@@ -35,8 +35,6 @@ from pettingllms.learner.batching import (
     PolicyBatch,
     build_batch,
     micro_batches_by_tokens,
-    pack_by_prompt,
-    packed_length,
     response_log_probs,
     response_token_values,
     split_mini_batches,
@@ -47,6 +45,7 @@ from pettingllms.learner.config import LearnerConfig
 from pettingllms.learner.data_parallel import DataParallel, padded_plan
 from pettingllms.learner.logprob_head import ENTROPY, LOG_PROB, RAW, TokenTargets, chunked_head, plain_lm_head
 from pettingllms.learner.masks import AttentionLayout
+from pettingllms.learner.packing import pack_by_prefix, packed_length
 from pettingllms.learner.rollout_check import RolloutAgreement
 from pettingllms.learner.streams import Streams
 from pettingllms.models.attention import use_grouped_attention
@@ -157,7 +156,7 @@ class ForwardPass:
             if self.device.type != "cuda" and torch.is_grad_enabled():
                 raise ConfigError("optim.attention=flex: FlexAttention has no backward on CPU, so the learner cannot "
                                   "train with it here; use optim.attention=auto (flex on CUDA, sdpa elsewhere) or sdpa")
-            masks = self.attention.block_masks(batch.segment_ids, batch.position_ids)
+            masks = self.attention.block_masks(batch.visible_until, batch.position_ids)
         else:
             masks = self.attention.masks(batch.attention_mask, batch.position_ids)
         compiled = self.compiled_layers if model is self.model else self.compiled_reference
@@ -267,12 +266,13 @@ class ForwardPass:
         """Split ``indices`` into micro-batches of packed rows that fit ``micro_batch_max_tokens``.
 
         Yields ``(rows, units)``: the sample indices of one micro-batch, and its packing units as positions into
-        ``rows``. With ``pack_shared_prompts`` samples sharing a prompt share a row; without, every sample is a row.
+        ``rows``. With ``pack_shared_prompts`` samples whose prompts share a prefix share a row (``learner/packing.py``);
+        without, every sample is a row.
         """
         subset = [samples[i] for i in indices]
         budget = self.config.micro_batch_max_tokens
         if self.config.pack_shared_prompts:
-            units = pack_by_prompt(subset, max_tokens=budget)
+            units = pack_by_prefix(subset, max_tokens=budget)
         else:
             units = [[i] for i in range(len(subset))]
         lengths = [packed_length(subset, unit) for unit in units]

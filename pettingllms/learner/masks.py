@@ -17,8 +17,9 @@ The window is measured in position ids, not row columns: in a packed row a respo
 and a token attends to the keys at most ``window - 1`` positions before it (transformers' ``kv > q - window``).
 
 With ``optim.attention=flex`` the same masks are FlexAttention block masks (``block_masks``), made from the rows'
-segment ids rather than the dense mask: the attention kernel then skips every block no query of it may see (a packed
-tree row's responses never see each other: 78% of the blocks of a 4-branch row of 8,192 tokens).
+``visible_until`` columns rather than the dense mask: the attention kernel then skips every block no query of it may
+see (a packed tree row's responses never see each other, nor do the branches of its prompt trie: 78% of the blocks
+of a 4-branch row of 8,192 tokens).
 """
 
 from __future__ import annotations
@@ -85,24 +86,23 @@ class AttentionLayout:
             return {FULL: attention_mask, SLIDING: windowed}
         return windowed
 
-    def block_masks(self, segment_ids: torch.Tensor, position_ids: torch.Tensor):
-        """``masks`` as FlexAttention block masks: segment_ids, position_ids (R, L) (``PolicyBatch``). Returns a
+    def block_masks(self, visible_until: torch.Tensor, position_ids: torch.Tensor):
+        """``masks`` as FlexAttention block masks: visible_until, position_ids (R, L) (``PolicyBatch``). Returns a
         BlockMask, or ``{layer type: BlockMask}`` as ``masks`` does."""
         if self.window is None:
-            return tree_block_mask(segment_ids, position_ids, None)
-        windowed = tree_block_mask(segment_ids, position_ids, self.window)
+            return tree_block_mask(visible_until, position_ids, None)
+        windowed = tree_block_mask(visible_until, position_ids, self.window)
         if self.per_layer_type:
-            return {FULL: tree_block_mask(segment_ids, position_ids, None), SLIDING: windowed}
+            return {FULL: tree_block_mask(visible_until, position_ids, None), SLIDING: windowed}
         return windowed
 
 
-def tree_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor, window: int | None):
+def tree_mask_mod(visible_until: torch.Tensor, position_ids: torch.Tensor, window: int | None):
     """FlexAttention's ``mask_mod`` for packed rows, equal to ``build_batch``'s dense mask (and ``masks``' window):
-    a token sees the earlier columns of its own segment and of the prompt (segment 0); padding (-1) sees itself."""
+    query q sees key kv when kv <= q <= visible_until[kv]; padding (-1) sees itself only."""
 
     def mask_mod(b, h, q, kv):
-        seen = segment_ids[b, kv]
-        allowed = (kv <= q) & ((seen == segment_ids[b, q]) | (seen == 0)) & (segment_ids[b, q] >= 0)
+        allowed = (kv <= q) & (q <= visible_until[b, kv])
         if window is not None:
             allowed = allowed & (position_ids[b, q] - position_ids[b, kv] < window)
         return allowed | (q == kv)
@@ -110,12 +110,12 @@ def tree_mask_mod(segment_ids: torch.Tensor, position_ids: torch.Tensor, window:
     return mask_mod
 
 
-def tree_block_mask(segment_ids: torch.Tensor, position_ids: torch.Tensor, window: int | None):
+def tree_block_mask(visible_until: torch.Tensor, position_ids: torch.Tensor, window: int | None):
     from torch.nn.attention.flex_attention import create_block_mask
 
-    rows, length = segment_ids.shape
-    return create_block_mask(tree_mask_mod(segment_ids, position_ids, window), rows, None, length, length,
-                             device=segment_ids.device)
+    rows, length = visible_until.shape
+    return create_block_mask(tree_mask_mod(visible_until, position_ids, window), rows, None, length, length,
+                             device=visible_until.device)
 
 
 def _takes_per_layer_masks(base: nn.Module) -> bool:

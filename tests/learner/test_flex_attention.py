@@ -1,5 +1,6 @@
 """``optim.attention=flex``: the learner's packed rows through FlexAttention with block masks made from the rows'
-segment ids. The block mask is the dense mask element for element (packed tree rows, padding, sliding windows), and
+``visible_until`` columns. The block mask is the dense mask element for element (packed tree rows, prompt tries,
+padding, sliding windows), and
 the log-probs equal the masked SDPA's, on a tiny Llama and on the Qwen3-1.7B replica's architecture (grouped K/V,
 q/k norms). FlexAttention has no backward on CPU: training with it here is refused with the fix; its gradients are
 checked on a GPU (``benchmarks/gpu_probe.py``, ``benchmarks/gpu_learner.py``)."""
@@ -15,28 +16,30 @@ from pettingllms.learner import PolicyLearner
 from pettingllms.learner.batching import build_batch
 from pettingllms.learner.masks import AttentionLayout, tree_mask_mod
 from settings_support import learner_config
-from test_learner_packing import tree_samples
+from test_learner_packing import SAMPLE_SETS, tree_samples
 
 
 def _dense_from_mask_mod(batch, window):
-    rows, length = batch.segment_ids.shape
-    mask_mod = tree_mask_mod(batch.segment_ids, batch.position_ids, window)
+    rows, length = batch.visible_until.shape
+    mask_mod = tree_mask_mod(batch.visible_until, batch.position_ids, window)
     return create_mask(mask_mod, rows, 1, length, length, device="cpu")
 
 
+@pytest.mark.parametrize("shape", SAMPLE_SETS)
 @pytest.mark.parametrize("window", [None, 3])
-def test_the_block_mask_is_the_dense_mask(make_sample, window):
-    batch = build_batch(tree_samples(make_sample))  # tree rows of 4 branches, unshared rows, padding
-    assert batch.num_rows == 4 and bool((batch.segment_ids == -1).any())
+def test_the_block_mask_is_the_dense_mask(make_sample, window, shape):
+    samples = SAMPLE_SETS[shape](make_sample)  # tree rows of 4 branches or prompt tries, unshared rows, padding
+    batch = build_batch(samples)
+    assert batch.num_rows == (4 if shape == "tree_nodes" else 2) and bool((batch.visible_until == -1).any())
     expected = AttentionLayout(window=window).masks(batch.attention_mask, batch.position_ids)
-    flex_batch = build_batch(tree_samples(make_sample), dense_mask=False)  # what the learner builds for flex
-    assert flex_batch.attention_mask is None and torch.equal(flex_batch.segment_ids, batch.segment_ids)
+    flex_batch = build_batch(samples, dense_mask=False)  # what the learner builds for flex
+    assert flex_batch.attention_mask is None and torch.equal(flex_batch.visible_until, batch.visible_until)
     assert torch.equal(_dense_from_mask_mod(flex_batch, window), expected)
 
 
 def test_per_layer_type_windows_give_one_block_mask_per_type(make_sample):
     batch = build_batch(tree_samples(make_sample))
-    masks = AttentionLayout(window=3, per_layer_type=True).block_masks(batch.segment_ids, batch.position_ids)
+    masks = AttentionLayout(window=3, per_layer_type=True).block_masks(batch.visible_until, batch.position_ids)
     assert set(masks) == {"full_attention", "sliding_attention"}
     full, sliding = masks["full_attention"], masks["sliding_attention"]
     assert full.shape == sliding.shape == (4, 1, *batch.attention_mask.shape[-2:])
@@ -53,11 +56,12 @@ def _qwen3_replica():
     return AutoModelForCausalLM.from_config(AutoConfig.for_model(**config)).float()
 
 
+@pytest.mark.parametrize("shape", SAMPLE_SETS)
 @pytest.mark.parametrize("architecture", ["llama", "qwen3_replica"])
-def test_log_probs_equal_the_masked_sdpa(make_model, make_sample, architecture):
+def test_log_probs_equal_the_masked_sdpa(make_model, make_sample, architecture, shape):
     model = make_model(0) if architecture == "llama" else _qwen3_replica()
     vocab = model.config.vocab_size
-    samples = tree_samples(make_sample)
+    samples = SAMPLE_SETS[shape](make_sample)
     if architecture == "qwen3_replica":
         assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped K/V
         assert vocab >= 256

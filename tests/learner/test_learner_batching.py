@@ -1,9 +1,9 @@
 import torch
 
+from pettingllms.learner.packing import pack_by_prefix, packed_length
 from pettingllms.learner.batching import (
     build_batch,
     micro_batches_by_tokens,
-    pack_by_prompt,
     pad_response_values,
     response_token_values,
     split_mini_batches,
@@ -47,13 +47,46 @@ def test_response_token_values_picks_each_samples_columns(make_sample):
     assert got[2].tolist() == [100.0, 101.0, 102.0]
 
 
-def test_pack_by_prompt_groups_in_first_seen_order_and_splits_at_the_budget(make_sample):
+def test_pack_by_prefix_groups_shared_prompts_and_splits_at_the_budget(make_sample):
     p, q = [1, 2, 3, 4], [9, 9]
     samples = [make_sample(p, [5] * 3), make_sample(q, [7]), make_sample(p, [6] * 3), make_sample(p, [8] * 3)]
-    assert pack_by_prompt(samples) == [[0, 2, 3], [1]]
+    assert pack_by_prefix(samples) == [[0, 2, 3], [1]]
     # Budget 10: prompt 4 + 3 + 3 fits, the third response starts a new unit (which repeats the prompt).
-    assert pack_by_prompt(samples, max_tokens=10) == [[0, 2], [3], [1]]
-    assert pack_by_prompt(samples, max_tokens=1) == [[0], [2], [3], [1]]  # over-long: one sample per unit
+    assert pack_by_prefix(samples, max_tokens=10) == [[0, 2], [1], [3]]
+    assert pack_by_prefix(samples, max_tokens=1) == [[0], [1], [2], [3]]  # over-long: one sample per unit
+
+
+def test_pack_by_prefix_joins_prompts_that_share_at_least_half_and_orders_them_as_a_trie(make_sample):
+    system = [1, 2, 3, 4]
+    samples = [
+        make_sample(system + [7, 7], [5]),  # 0: shares 4 of 6 with sample 2 (its trie predecessor)
+        make_sample([1, 9, 9, 9], [5]),  # 1: shares 1 of 4 with sample 3: a row of its own
+        make_sample(system + [6], [5]),  # 2
+        make_sample(system, [5, 5]),  # 3: a prefix of both 2 and 0
+        make_sample(system + [6], [8], temperature=0.5),  # 4: another temperature, another row
+    ]
+    assert pack_by_prefix(samples) == [[0, 2, 3], [1], [4]]
+    # Trie order 3, 2, 0: [1, 2, 3, 4] and 2 response tokens, then 1 + 1 beyond it, then 2 + 1 (the prefix once).
+    assert packed_length(samples, [0, 2, 3]) == 4 + 2 + 1 + 1 + 2 + 1
+    assert pack_by_prefix(samples, max_tokens=8) == [[0], [1], [2, 3], [4]]
+
+
+def test_a_prompt_trie_row_lets_each_token_see_exactly_its_own_sequence(make_sample):
+    """Row of three prompts sharing [1, 2] ([1, 2] itself, [1, 2, 3], [1, 2, 3] again), in trie order."""
+    short = make_sample([1, 2], [10, 11], index=0)
+    long_a = make_sample([1, 2, 3], [20], index=1)
+    long_b = make_sample([1, 2, 3], [30, 31], index=2)
+    batch = build_batch([long_a, short, long_b], units=[[0, 1, 2]])
+    assert batch.input_ids.tolist() == [[1, 2, 10, 11, 3, 20, 30, 31]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 3, 4]]
+    assert batch.visible_until.tolist() == [[7, 7, 3, 3, 7, 5, 7, 7]]
+    # Samples in the given order (long_a, short, long_b): token 0 at the prompt's last column.
+    assert batch.logit_columns.tolist() == [[4, 0], [1, 2], [4, 6]]
+    mask = batch.attention_mask[0, 0].int().tolist()
+    assert mask[3] == [1, 1, 1, 1, 0, 0, 0, 0]  # short's 2nd response token: its prompt and first token
+    assert mask[4] == [1, 1, 0, 0, 1, 0, 0, 0]  # the 3 of [1, 2, 3]: the shared [1, 2], never short's response
+    assert mask[5] == [1, 1, 0, 0, 1, 1, 0, 0]  # long_a's token
+    assert mask[7] == [1, 1, 0, 0, 1, 0, 1, 1]  # long_b's 2nd token: its prompt and first token, never long_a's
 
 
 def test_micro_batches_respect_the_padded_token_budget_and_are_deterministic():

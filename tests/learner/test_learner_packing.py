@@ -1,5 +1,6 @@
-"""Shared-prompt packing changes the cost of a forward, never its values: log-probs, entropies and gradients
-equal those of one row per sample (and verl's ``logprobs_from_logits`` on plain single-sequence forwards)."""
+"""Prefix packing changes the cost of a forward, never its values: log-probs, entropies and gradients equal those
+of one row per sample (and verl's ``logprobs_from_logits`` on plain single-sequence forwards), for the K branches of
+tree nodes and for prompts that share only a prefix (turns, episodes and problems behind one system prompt)."""
 
 import pytest
 import torch
@@ -26,12 +27,45 @@ def tree_samples(make_sample, seed=0):
     return samples
 
 
+def trie_samples(make_sample, seed=0):
+    """Multi-turn prompts behind one system prompt, as trajectory episodes make them: two problems; per problem two
+    episodes whose turn-2 prompts extend their turn-1 prompt (its response and an observation appended), a turn-1
+    prompt sampled twice (a shared prompt), and one unrelated sample. Rows then hold several distinct prompts."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def ids(n):
+        return torch.randint(1, 256, (n,), generator=generator).tolist()
+
+    system, samples = ids(12), []
+    for _problem in range(2):
+        first = system + ids(3)
+        for _episode in range(2):
+            response = ids(3)
+            samples.append(make_sample(first, response, index=len(samples)))
+            samples.append(make_sample(first + response + ids(2), ids(4), index=len(samples)))
+        samples.append(make_sample(first, ids(2), index=len(samples)))
+    samples.append(make_sample(ids(6), ids(3), index=len(samples)))
+    return samples
+
+
+SAMPLE_SETS = {"tree_nodes": tree_samples, "prompt_tries": trie_samples}
+
+
+def test_trie_samples_put_several_prompts_in_one_row(make_sample):
+    from pettingllms.learner.packing import pack_by_prefix
+
+    samples = trie_samples(make_sample)
+    units = pack_by_prefix(samples)
+    assert len(units) == 2 and len({samples[i].prompt_ids for i in units[0]}) == 6  # 2 turn-1 + 4 turn-2 prompts
+
+
 def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_packed_log_probs_equal_one_forward_per_sample_and_verl(make_model, make_sample):
-    samples = tree_samples(make_sample)
+@pytest.mark.parametrize("shape", SAMPLE_SETS)
+def test_packed_log_probs_equal_one_forward_per_sample_and_verl(make_model, make_sample, shape):
+    samples = SAMPLE_SETS[shape](make_sample)
     model = make_model(0)
     got = PolicyLearner(model, learner_config(total_steps=1)).compute_logprobs(samples)
     with torch.no_grad():
@@ -43,10 +77,12 @@ def test_packed_log_probs_equal_one_forward_per_sample_and_verl(make_model, make
             assert values == pytest.approx(expected.tolist(), abs=1e-5)
 
 
+@pytest.mark.parametrize("shape", SAMPLE_SETS)
 @pytest.mark.parametrize("entropy_coeff", [0.0, 0.01])
-def test_packed_and_unpacked_updates_give_the_same_gradient_and_metrics(make_model, make_sample, entropy_coeff):
-    samples = tree_samples(make_sample, seed=1)
-    advantages = [1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0, 1.5, -0.7]
+def test_packed_and_unpacked_updates_give_the_same_gradient_and_metrics(make_model, make_sample, entropy_coeff,
+                                                                        shape):
+    samples = SAMPLE_SETS[shape](make_sample, seed=1)
+    advantages = [1.0, -1.0, 0.5, -0.5, 2.0, 0.0, -2.0, 0.0, 1.5, -0.7, 0.3][: len(samples)]
     grads, metrics = [], []
     for pack in (True, False):
         model = make_model(0)
@@ -60,7 +96,8 @@ def test_packed_and_unpacked_updates_give_the_same_gradient_and_metrics(make_mod
         assert metrics[0][key] == pytest.approx(metrics[1][key], rel=1e-5, abs=1e-7)
 
 
-def test_packing_holds_under_grouped_query_attention_and_a_small_token_budget(make_sample):
+@pytest.mark.parametrize("shape", SAMPLE_SETS)
+def test_packing_holds_under_grouped_query_attention_and_a_small_token_budget(make_sample, shape):
     """The attention our model loader installs (pettingllms_sdpa, GQA without repeat_kv) takes the 4-D mask too;
     a budget smaller than a node splits it into several rows (each repeating the prompt) with the same values."""
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -71,7 +108,7 @@ def test_packing_holds_under_grouped_query_attention_and_a_small_token_budget(ma
     config = LlamaConfig(vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
     model = use_grouped_attention(LlamaForCausalLM(config))
-    samples = tree_samples(make_sample, seed=2)
+    samples = SAMPLE_SETS[shape](make_sample, seed=2)
     results = [
         PolicyLearner(model, learner_config(total_steps=1, pack_shared_prompts=pack, micro_batch_max_tokens=budget))
         .compute_logprobs(samples)
