@@ -45,7 +45,10 @@ class PolicyBatch:
         ``learner/masks.py`` for FlexAttention) builds the mask from it.
     sample_rows: (N,) int64, the packed row holding each sample.
     logit_columns: (N, T) int64, the row column whose logits predict response token j (the last prompt column
-        for j = 0, shared by every response of the row); 0 beyond the response.
+        for j = 0, shared by every response of that prompt); 0 beyond the response.
+    head_columns: (C,) int64, the sorted row columns whose logits some response token needs: the LM head runs on
+        these only (``logits_to_keep``), not on the prompts' other tokens.
+    logit_index: (N, T) int64, ``logit_columns`` as positions in ``head_columns`` (0 beyond the response).
     response_lengths: (N,) int64.
     response_ids: (N, T) int64, 0 on padding.
     response_mask: (N, T) float32. 1.0 on response tokens that count in the loss; 0.0 on padding and on every
@@ -64,6 +67,8 @@ class PolicyBatch:
     visible_until: torch.Tensor
     sample_rows: torch.Tensor
     logit_columns: torch.Tensor
+    head_columns: torch.Tensor
+    logit_index: torch.Tensor
     response_lengths: torch.Tensor
     response_ids: torch.Tensor
     response_mask: torch.Tensor
@@ -79,14 +84,6 @@ class PolicyBatch:
     @property
     def num_samples(self) -> int:
         return int(self.response_ids.shape[0])
-
-    @property
-    def first_logit_column(self) -> int:
-        """The earliest column whose logits are needed; the LM head can skip every column before it."""
-        valid = self.response_lengths > 0
-        if not bool(valid.any()):
-            return max(0, self.input_ids.shape[1] - 1)
-        return int(self.logit_columns[valid, 0].min().item())
 
     def to(self, device: torch.device) -> "PolicyBatch":
         return PolicyBatch(**{name: None if getattr(self, name) is None else getattr(self, name).to(device)
@@ -180,6 +177,10 @@ def build_batch(
                 if advantages is not None:
                     advantage_rows[index, :rlen] = float(advantages[index])
 
+    response_lengths = torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long)
+    needed = logit_columns[torch.arange(resp_len).unsqueeze(0) < response_lengths.unsqueeze(1)]
+    head_columns = torch.unique(needed) if needed.numel() else torch.tensor([seq_len - 1])  # sorted
+    logit_index = torch.searchsorted(head_columns, logit_columns).clamp(max=head_columns.numel() - 1)
     return PolicyBatch(
         input_ids=input_ids,
         position_ids=position_ids,
@@ -187,7 +188,9 @@ def build_batch(
         visible_until=visible_until,
         sample_rows=sample_rows,
         logit_columns=logit_columns,
-        response_lengths=torch.tensor([len(s.response_ids) for s in samples], dtype=torch.long),
+        head_columns=head_columns,
+        logit_index=logit_index,
+        response_lengths=response_lengths,
         response_ids=response_ids,
         response_mask=response_mask,
         advantages=advantage_rows,
@@ -197,15 +200,15 @@ def build_batch(
     )
 
 
-def response_token_values(column_values: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
+def response_token_values(column_values: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
     """Pick each sample's per-response-token values out of per-column values of the packed rows.
 
-    column_values: (R, C, ...) where column c holds the value at row column ``first_column + c``.
+    column_values: (R, C, ...) where c holds the value at row column ``batch.head_columns[c]``.
     Returns (N, T, ...): entry [n, j] = the value at the column predicting sample n's response token j.
     Entries beyond a response are taken from a valid column and must be masked by the caller.
     """
-    columns = (batch.logit_columns - first_column).clamp(min=0, max=column_values.shape[1] - 1)
-    rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
+    columns = batch.logit_index.to(column_values.device)
+    rows = batch.sample_rows.to(column_values.device).unsqueeze(1).expand_as(columns)
     return column_values[rows, columns]
 
 
@@ -217,17 +220,17 @@ def tempered(logits: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
     return logits / temperatures[:, None, None]
 
 
-def response_log_probs(logits: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
+def response_log_probs(logits: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
     """Log-probabilities (N, T) of each sample's response tokens; 0.0 beyond a response.
 
-    logits: (R, C, V) for row columns ``first_column ..``. ``log p(y) = logit_y - logsumexp(logits)``, computed
-    per column once and then picked per sample, so the shared last-prompt column (which predicts the first token
-    of every response in the row) is normalised once, and no (N, T, V) copy of the logits is made. This equals
+    logits: (R, C, V) for row columns ``batch.head_columns``. ``log p(y) = logit_y - logsumexp(logits)``, computed
+    per column once and then picked per sample, so a shared last-prompt column (which predicts the first token
+    of every response to that prompt) is normalised once, and no (N, T, V) copy of the logits is made. This equals
     verl's ``logprobs_from_logits`` on unpacked rows (tested).
     """
     log_norm = torch.logsumexp(logits, dim=-1)  # (R, C)
-    columns = (batch.logit_columns - first_column).clamp(min=0, max=logits.shape[1] - 1)
-    rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
+    columns = batch.logit_index.to(logits.device)
+    rows = batch.sample_rows.to(logits.device).unsqueeze(1).expand_as(columns)
     picked = logits[rows, columns, batch.response_ids.to(logits.device)]
     values = picked - log_norm[rows, columns]
     return values.masked_fill(~valid_response_tokens(batch), 0.0)

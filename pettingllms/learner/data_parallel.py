@@ -13,6 +13,7 @@ import torch
 
 from pettingllms.core.types import Sample
 from pettingllms.learner.batching import split_mini_batches
+from pettingllms.learner.packing import trie_order
 
 
 @dataclass(frozen=True)
@@ -57,19 +58,17 @@ def rank_shares(
     Each mini-batch (``split_mini_batches(indices, mini_batch_size)``) is dealt out on its own, so a rank's share
     of a mini-batch is the same whether it is computed from that mini-batch or from the whole stream: the pass
     that computes old log-probs over the stream and the training passes over its mini-batches agree on who owns
-    which sample. Within a mini-batch, samples that share a prompt are put next to each other (first-seen prompt
-    order) and the list is cut into ``world_size`` contiguous pieces of near-equal length, so the K branches of
-    a tree node mostly land on one rank, where the learner can pack them into one row.
+    which sample. Within a mini-batch, samples are put in trie order (sorted prompt ids: the K branches of a tree
+    node next to each other, and next to the prompts that share a prefix with theirs) and the list is cut into
+    ``world_size`` contiguous pieces of near-equal length, so samples that share a prefix mostly land on one rank,
+    where the learner can pack them into one row (``learner/packing.py``).
     A rank may get nothing from a small mini-batch (fewer samples than ranks).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     shares: list[list[int]] = [[] for _ in range(world_size)]
     for chunk in split_mini_batches(indices, mini_batch_size):
-        by_prompt: dict[tuple[int, ...], list[int]] = {}
-        for index in chunk:
-            by_prompt.setdefault(tuple(samples[index].prompt_ids), []).append(index)
-        ordered = [index for group in by_prompt.values() for index in group]
+        ordered = trie_order(samples, chunk)
         for rank in range(world_size):
             start, stop = rank * len(ordered) // world_size, (rank + 1) * len(ordered) // world_size
             shares[rank].extend(ordered[start:stop])

@@ -150,8 +150,8 @@ class ForwardPass:
         return nullcontext()
 
     def _forward(self, model: nn.Module, batch: PolicyBatch) -> torch.Tensor:
-        """The model's output ``logits`` over row columns ``first_logit_column ..`` (the LM head skips every column
-        before it): the logits, or what a head standing in for it returns (``learner/logprob_head.py``)."""
+        """The model's output ``logits`` over row columns ``batch.head_columns`` (the LM head skips every other
+        column): the logits, or what a head standing in for it returns (``learner/logprob_head.py``)."""
         if self.flex:
             if self.device.type != "cuda" and torch.is_grad_enabled():
                 raise ConfigError("optim.attention=flex: FlexAttention has no backward on CPU, so the learner cannot "
@@ -166,13 +166,13 @@ class ForwardPass:
                 attention_mask=masks,
                 position_ids=batch.position_ids,
                 use_cache=False,
-                logits_to_keep=batch.input_ids.shape[1] - batch.first_logit_column,
+                logits_to_keep=batch.head_columns,
             )
         return output.logits
 
     def _logits(self, model: nn.Module, batch: PolicyBatch) -> tuple[torch.Tensor, int]:
-        """float32 logits (R, C, V) of row columns ``first_col ..``."""
-        return self._forward(model, batch).float(), batch.first_logit_column
+        """float32 logits (R, C, V) of row columns ``batch.head_columns``."""
+        return self._forward(model, batch).float()
 
     def log_probs(
         self, model: nn.Module, batch: PolicyBatch, *, entropy: str = "none", raw: bool = False
@@ -186,20 +186,20 @@ class ForwardPass:
         """
         if self.config.logprob_chunk_tokens:
             return self._chunked_log_probs(model, batch, entropy=entropy, raw=raw)
-        logits, first_col = self._logits(model, batch)
+        logits = self._logits(model, batch)
         scaled = tempered(logits, batch)
-        log_probs = response_log_probs(scaled, batch, first_col)
+        log_probs = response_log_probs(scaled, batch)
         entropies = None
         if entropy == "grad":
-            entropies = _response_entropy(scaled, batch, first_col)
+            entropies = _response_entropy(scaled, batch)
         elif entropy == "detached":
             with torch.no_grad():
-                entropies = _response_entropy(scaled.detach(), batch, first_col)
+                entropies = _response_entropy(scaled.detach(), batch)
         raw_log_probs = None
         if raw:
             with torch.no_grad():
                 raw_log_probs = log_probs.detach() if scaled is logits else response_log_probs(
-                    logits.detach(), batch, first_col)
+                    logits.detach(), batch)
         return log_probs, entropies, raw_log_probs
 
     def _chunked_log_probs(
@@ -207,10 +207,8 @@ class ForwardPass:
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``log_probs`` through the chunked LM head (``learner/logprob_head.py``): the same values, without the
         float32 logits of the whole micro-batch."""
-        first_col = batch.first_logit_column
-        seq_len = batch.input_ids.shape[1]
         valid = valid_response_tokens(batch)  # (N, T)
-        columns = (batch.logit_columns - first_col).clamp(min=0, max=seq_len - first_col - 1)
+        columns = batch.logit_index
         rows = batch.sample_rows.unsqueeze(1).expand_as(columns)
         targets = TokenTargets(rows=rows[valid], columns=columns[valid], ids=batch.response_ids[valid],
                                temperatures=batch.row_temperatures.to(rows.device)[rows[valid]],
@@ -367,12 +365,12 @@ def zero_dropout(model: nn.Module) -> list[str]:
     return disabled
 
 
-def _response_entropy(logits: torch.Tensor, batch: PolicyBatch, first_column: int) -> torch.Tensor:
+def _response_entropy(logits: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
     """Entropy (N, T) of the distribution predicting each response token; 0.0 beyond a response.
 
-    logits: (R, C, V) for row columns ``first_column ..``. The softmax over the vocabulary is the costly part, so
+    logits: (R, C, V) for row columns ``batch.head_columns``. The softmax over the vocabulary is the costly part, so
     it runs once per packed column (a shared prompt column once, not once per response).
     """
     column_entropy = entropy_from_logits(logits)  # (R, C)
-    values = response_token_values(column_entropy, batch, first_column)
+    values = response_token_values(column_entropy, batch)
     return values.masked_fill(~valid_response_tokens(batch), 0.0)

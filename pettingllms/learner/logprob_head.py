@@ -41,7 +41,7 @@ class TokenTargets:
     """What the head computes: one entry per response token (the batch's valid tokens, row-major (N, T) order)."""
 
     rows: torch.Tensor  # (M,) the packed row holding the token's predicting column
-    columns: torch.Tensor  # (M,) that column, counted from the first kept column
+    columns: torch.Tensor  # (M,) that column, as its position among the kept columns (``PolicyBatch.head_columns``)
     ids: torch.Tensor  # (M,) the token
     temperatures: torch.Tensor  # (M,) the sampling temperature of the token's sample
     entropy: str  # the entropy of softmax(logits / T): "none", "grad" (with its gradient) or "detached"

@@ -32,16 +32,17 @@ def test_build_batch_packs_shared_prompts_and_masks_only_response_tokens(make_sa
     assert batch.response_mask.tolist() == [[1, 1, 0], [1, 1, 1], [0, 0, 0]]
     assert batch.advantages.tolist() == [[0.5, 0.5, 0], [-2.0] * 3, [0, 0, 0]]
     assert batch.rollout_log_probs.tolist() == [[-1, -1, 0], [-1] * 3, [-1, 0, 0]]
-    assert batch.first_logit_column == 1
+    # The LM head runs on the columns some token needs (here every row shares them), not on the first prompt columns.
+    assert batch.head_columns.tolist() == [1, 2, 3, 5, 6]
+    assert batch.logit_index.tolist() == [[1, 2, 0], [1, 3, 4], [0, 0, 0]]
 
 
 def test_response_token_values_picks_each_samples_columns(make_sample):
     batch = build_batch([make_sample([1, 2, 3], [4, 5]), make_sample([1, 2, 3], [6]), make_sample([7], [8, 9, 10])])
-    first = batch.first_logit_column  # 0: the single-token prompt's last column
+    assert batch.head_columns.tolist() == [0, 1, 2, 3]  # 0: the single-token prompt's last column
     # column_values[r, c] encodes (row, column) so the pick can be read back.
-    columns = torch.arange(first, batch.input_ids.shape[1]).float()
-    column_values = columns.unsqueeze(0) + torch.tensor([[0.0], [100.0]])
-    got = response_token_values(column_values, batch, first)
+    column_values = batch.head_columns.float().unsqueeze(0) + torch.tensor([[0.0], [100.0]])
+    got = response_token_values(column_values, batch)
     assert got[0, :2].tolist() == [2.0, 3.0]
     assert got[1, :1].tolist() == [2.0]  # the shared prompt column
     assert got[2].tolist() == [100.0, 101.0, 102.0]

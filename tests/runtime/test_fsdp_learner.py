@@ -154,7 +154,15 @@ def test_rank_shares_are_consistent_per_mini_batch_and_keep_prompts_together():
     per_chunk = [rank_shares(samples, chunk, 6, 2) for chunk in (indices[:6], indices[6:])]
     assert whole == [per_chunk[0][r] + per_chunk[1][r] for r in range(2)]
     assert sorted(whole[0] + whole[1]) == indices
-    assert whole == [[0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11]]  # each rank holds whole prompt groups here
+    # Each mini-batch in trie order (sorted prompt ids), cut in two: each rank holds whole prompt groups here.
+    expected = [[], []]
+    for chunk in (indices[:6], indices[6:]):
+        ordered = sorted(chunk, key=lambda i: samples[i].prompt_ids)
+        expected[0] += ordered[:3]
+        expected[1] += ordered[3:]
+    assert whole == expected
+    for share in whole:
+        assert len({samples[i].prompt_ids for i in share}) == 2  # two whole groups of 3 branches
     assert rank_shares(samples, [4], 0, 3) == [[], [], [4]]  # fewer samples than ranks: some ranks get none
 
 
