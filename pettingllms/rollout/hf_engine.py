@@ -5,7 +5,8 @@ Why our own loop rather than ``model.generate``:
 - exact token ids and their log-probabilities recorded as they are sampled;
 - finished rows leave the batch (their KV cache rows are dropped, and left padding no other row needs
   is trimmed), so a batch stops paying for completions that already ended;
-- a request's ``n`` samples share one prompt prefill: its KV cache is computed once and repeated n times;
+- a request's ``n`` samples share one prompt prefill: its KV cache is computed once and repeated n times, and so do
+  the requests of one batch that repeat a prompt (with the same adapter);
 - the KV cache is preallocated per batch (``rollout/kv_cache.py``): a step writes one position instead of
   re-concatenating the whole cache as transformers' DynamicCache does.
 Models from ``pettingllms.models.load_model`` also use grouped-query SDPA attention
@@ -173,17 +174,24 @@ class HFEngine:
                 module.training = training
 
     def _run_batch(self, batch: list[_Unit]) -> list[list[Completion]]:
-        """Prefill each unit's prompt once, repeat it per sample, decode all rows until each one ends."""
-        prompts, prompt_mask, positions = left_pad([u.request.prompt_ids for u in batch], self.pad_id)
+        """Prefill each distinct (prompt, adapter) of the batch once (a request's n samples, and requests that repeat
+        a prompt: the K episodes of a problem at their first turn), repeat it per sample, decode all rows until each
+        one ends."""
+        distinct: dict[tuple, int] = {}
+        unit_prefill = torch.tensor([distinct.setdefault((u.request.prompt_ids, u.request.adapter), len(distinct))
+                                     for u in batch])
+        prefill_adapters = [adapter for _, adapter in distinct]
+        prompts, prompt_mask, positions = left_pad([prompt for prompt, _ in distinct], self.pad_id)
         capacity = prompts.shape[1] + max(u.max_new for u in batch)
         cache = new_kv_cache(self.model.config, capacity)
         unit_adapters = [u.request.adapter for u in batch]
         with per_row_adapters(self.model, unit_adapters) as router:
-            logits = self._forward(prompts, prompt_mask, positions, cache, _routing(router, unit_adapters))  # [R, V]
+            logits = self._forward(prompts, prompt_mask, positions, cache, _routing(router, prefill_adapters))
 
             row_unit = torch.repeat_interleave(torch.arange(len(batch)), torch.tensor([u.rows for u in batch]))
-            mask = keep_rows(cache, prompt_mask, row_unit)
-            logits, next_position = logits[row_unit], positions[row_unit, -1] + 1
+            row_prefill = unit_prefill[row_unit]
+            mask = keep_rows(cache, prompt_mask, row_prefill)
+            logits, next_position = logits[row_prefill], positions[row_prefill, -1] + 1
             params = _row_params(batch, row_unit)
             row_adapters = None if router is None else [unit_adapters[u] for u in row_unit.tolist()]
             tokens, logprobs, lengths, stopped = self._decode(logits, mask, next_position, cache, params,

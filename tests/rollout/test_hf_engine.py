@@ -161,6 +161,26 @@ def test_same_rng_state_reproduces_sampling_exactly(model, codec, prompts):
     assert _all_ids(HFEngine(model, codec, seed=12).generate(requests)) != _all_ids(first)
 
 
+def test_requests_that_repeat_a_prompt_share_one_prefill_and_sample_as_one_request_with_n(model, codec, prompts):
+    """The K episodes of a problem ask with one prompt at their first turn (trajectory and independent modes): one
+    prefill row serves them all, and they sample exactly as one request with n = K does."""
+    repeated = [request(f"e{i}", prompts[1], sampling=PLAIN) for i in range(3)]
+    repeated.append(request("other", prompts[0], sampling=PLAIN))
+    as_one = [request("all", prompts[1], n=3, sampling=PLAIN), request("other", prompts[0], sampling=PLAIN)]
+    shapes = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: shapes.append(kwargs["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        got = HFEngine(model, codec, seed=3).generate(repeated)
+    finally:
+        hook.remove()
+    assert shapes[0] == (2, len(prompts[1]))  # the prefill: one row per distinct prompt
+    expected = HFEngine(model, codec, seed=3).generate(as_one)
+    assert [r.request_id for r in got] == ["e0", "e1", "e2", "other"]
+    assert [c for r in got[:3] for c in r.completions] == list(expected[0].completions)
+    assert got[3] == expected[1]
+
+
 def test_sampling_never_touches_the_global_rng(model, codec, prompts):
     torch.manual_seed(0)
     expected = torch.rand(2)
