@@ -84,10 +84,9 @@ def test_a_free_engine_waits_up_to_wait_s_for_more_and_no_longer_once_every_epis
 
 def test_a_continuous_engine_gets_each_episodes_requests_at_once_and_concurrently():
     client = TimedClient(0.3, continuous=True)
-    _, elapsed, _ = rollout(client, streaming=True, env_seconds=(0.0, 0.1))
+    rollout(client, streaming=True, env_seconds=(0.0, 0.1))
     assert client.calls == [["a0", "b0"], ["a1"], ["b1"]]  # asked together at the start, then each on its own
     assert client.most_in_flight == 2  # b1 went while a1 ran: the engine batches them itself
-    assert elapsed < 3 * 0.3
 
 
 def test_a_failing_call_fails_the_rollout_without_hanging():
