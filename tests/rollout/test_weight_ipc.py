@@ -90,3 +90,17 @@ def test_chunks_for_ipc_stay_on_their_device_cast_and_never_split_a_layer():
     names = [name for name, _ in tensors]
     assert [list(c) for c in chunks] == [names[:1], names[1:2], names[2:]]  # 32-byte layers in 40-byte chunks
     assert all(t.dtype == torch.bfloat16 and t.device.type == "cpu" for c in chunks for t in c.values())
+
+
+def test_a_reload_gives_the_memory_it_freed_back_to_the_driver_on_a_gpu(monkeypatch):
+    """vLLM 0.26's wake-up maps the KV cache without emptying PyTorch's cache first, so the reload empties it."""
+    from pettingllms.rollout.vllm import weights
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    weights.return_cached_memory()
+    assert emptied == [True]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    weights.return_cached_memory()  # on CPU there is no device cache to empty
+    assert emptied == [True]

@@ -40,6 +40,19 @@ DEFAULT_SYNC_CHUNK_MB = 512.0
 # Prefixes that mark peft/FSDP wrapper names rather than the HF checkpoint names vLLM's loader expects.
 _WRAPPER_NAME_MARKERS = ("base_model.model.", "_fsdp_wrapped_module.", "_orig_mod.", ".base_layer.", ".lora_")
 
+def return_cached_memory() -> None:
+    """Give the driver back the memory a reload freed but PyTorch's cache still holds (the IPC buckets' copies, the
+    layers rebuilt beside the old ones) before the KV cache is mapped again. vLLM 0.31's wake-up empties the cache
+    itself; 0.26's (the release built for torch 2.11) does not, and would map the KV cache into what is left."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class VLLMWorkerWeightLoader:
     """Mixed into every vLLM worker (``worker_extension_cls``): loads the weights ``sync_weights`` shared.
 
@@ -113,7 +126,9 @@ class VLLMWorkerWeightLoader:
         for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):  # as vLLM's reload_weights does
             if callable(getattr(runner, reset, None)):
                 getattr(runner, reset)()
-        return self.refresh_cpu_packed_weights()
+        refreshed = self.refresh_cpu_packed_weights()
+        return_cached_memory()
+        return refreshed
 
     def refresh_cpu_packed_weights(self) -> int:
         """On CPU, rebuild the packed GEMM weights of layers that keep their own weight; returns how many.
