@@ -12,7 +12,8 @@ version than the project pins), drops what these runs never load (below), instal
 compresses that with xz and cuts it into ``part-NN`` files with a ``MANIFEST.json``. Then, one device call per part,
 back to back (a lent machine is given back 30 s after a call ends, and everything on it with it):
 
-    python3 benchmarks/gpu_carry.py receive .carry    # carry: .carry/MANIFEST.json, .carry/part-NN, .carry/smollm2-tokenizer
+    python3 benchmarks/gpu_carry.py receive .carry    # carry: .carry/MANIFEST.json, .carry/part-NN, .carry/smollm2-tokenizer,
+                                                      # data/math (the offline math set, made here by pack)
 
 Each call keeps its part in a spool on the machine; the call that completes the set checks every part against the
 manifest, unpacks the site into /tmp/site and imports what the runs import (``check``), on the GPU. That call, or
@@ -197,6 +198,15 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def prepare_math_data() -> Path:
+    """The offline math sets gpu_smoke's training parts read (``data/math``, made by the loader users run), which the
+    machine cannot make: reasoning-gym needs pycosat, published as a source archive only. Carried as they are."""
+    math = ROOT / "data" / "math"
+    if not all((math / split / "gsm_symbolic.parquet").is_file() for split in ("train", "test")):
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "dataprocess" / "load_math.py")], cwd=ROOT, check=True)
+    return math
+
+
 def copy_tokenizer(dest: Path) -> None:
     """The packaged SmolLM2's BPE files, which the full-size replicas take (the GGUF they come from is not carried)."""
     sys.path.insert(0, str(ROOT))
@@ -264,8 +274,10 @@ def pack(dest: Path, part_mib: int, keep_work: bool) -> dict:
         print("gpu_carry: compressing", flush=True)
         manifest = write_parts(work / "site", dest, part_mib * 2**20, work / "site.tar.xz", facts)
         copy_tokenizer(dest / TOKENIZER)
+        math = prepare_math_data()
         print(f"gpu_carry: {len(manifest['parts'])} parts of <= {part_mib} MiB in {dest} "
-              f"({manifest['archive_bytes'] / 2**20:.0f} MiB in all)")
+              f"({manifest['archive_bytes'] / 2**20:.0f} MiB in all); each call carries {dest / MANIFEST}, "
+              f"{dest / TOKENIZER}, {math.relative_to(ROOT)} and one part")
         return manifest
     finally:
         if keep_work:
