@@ -6,11 +6,11 @@
 #   bash benchmarks/gpu_lent.sh OUT_DIR [WHEEL_DIR]
 #   GPU_PARTS="streaming" bash benchmarks/gpu_lent.sh OUT_DIR [WHEEL_DIR]     # some parts only (one call <= 10 min)
 #
-# WHEEL_DIR: wheels for what the machine lacks (none where gpu_carry.py's site is already unpacked: pass its folder
-# for the tokenizer files alone) (the project's pins of transformers, tokenizers, peft, verl, hydra,
+# WHEEL_DIR: wheels for what the machine lacks (the project's pins of transformers, tokenizers, peft, verl, hydra,
 # omegaconf, ...; Ray without its server binaries, imported and never started) and ``smollm2-tokenizer/`` (the BPE
 # files the full-size replica takes; the packaged GGUF needs the gguf package to convert). docs/distributed.md says
-# how to make it. The streaming and smoke parts need vLLM (skipped, and said so, where it is not importable): on a
+# how to make it. Where gpu_carry.py's site is unpacked it holds all of those: pass its folder (.carry) for the
+# tokenizer files alone. The streaming and smoke parts need vLLM (skipped, and said so, where it is not importable): on a
 # lent machine it comes in parts (benchmarks/gpu_carry.py) unpacked into /tmp/site, which goes on PYTHONPATH here
 # when present. All parts together take longer than one 10-minute call: run them as two or three calls (GPU_PARTS).
 set -u
