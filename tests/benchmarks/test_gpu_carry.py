@@ -94,3 +94,25 @@ def test_check_names_each_import_that_fails():
     assert gpu_carry.check(["json", "a_module_nobody_has", "email.parser"]) == [
         "a_module_nobody_has: ModuleNotFoundError: No module named 'a_module_nobody_has'"]
     assert gpu_carry.check(["json"]) == []
+
+
+@pytest.mark.bench
+def test_gpu_carry_quick_receives_and_checks_through_its_command_line(tmp_path):
+    """The commands a lent machine runs: one ``receive`` per call, then ``check``, as processes."""
+    import subprocess
+
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    manifest = gpu_carry.write_parts(_site(tmp_path), packed, 200_000, tmp_path / "site.tar.xz", {})
+    script = str(ROOT / "benchmarks" / "gpu_carry.py")
+    spool, there = tmp_path / "spool", tmp_path / "there"
+    for index, part in enumerate(manifest["parts"]):
+        call = _carry(manifest, packed, tmp_path / f"call{index}", [part["name"]])
+        run = subprocess.run([sys.executable, script, "receive", str(call), "--spool", str(spool), "--site",
+                              str(there), "--no-check"], capture_output=True, text=True, timeout=120)
+        last = index == len(manifest["parts"]) - 1
+        assert run.returncode == (0 if last else 3), run.stdout + run.stderr  # 3: parts still to come
+    assert (there / "pkg" / "__init__.py").read_text() == "VALUE = 7\n"
+    check = subprocess.run([sys.executable, script, "check", "pkg"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(there)})
+    assert check.returncode == 0 and "all 1 imports succeed" in check.stdout, check.stdout + check.stderr
