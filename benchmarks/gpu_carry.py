@@ -46,7 +46,7 @@ import tarfile
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Iterable
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PIN = "vllm==0.26.0"
@@ -55,7 +55,7 @@ PYTHON_VERSION = "3.12"
 GLIBC_PLATFORM = "x86_64-manylinux_2_35"
 PART_MIB = 50  # a call carries 64 MiB in all: the repository (6 MiB), the manifest and the tokenizer (3.5 MiB) too
 MANIFEST = "MANIFEST.json"
-TOKENIZER = "smollm2-tokenizer"  # beside the parts, carried with the manifest by every call (2 MiB)
+TOKENIZER = "smollm2-tokenizer"  # beside the parts, carried with the manifest by every call (3.5 MiB)
 SPOOL = Path("/tmp/gpu-carry")
 SITE = Path("/tmp/site")
 
@@ -114,6 +114,10 @@ CHECKED_IMPORTS = (
 )
 
 
+def _uv() -> str:
+    return shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+
+
 def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -140,8 +144,7 @@ def resolve(requirements: list[str], work: Path, python: str) -> list[str]:
     source = work / "requirements.in"
     source.write_text("\n".join(requirements) + "\n")
     pinned = work / "requirements.txt"
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    subprocess.run([uv, "pip", "compile", "-q", str(source), "--python-version", python,
+    subprocess.run([_uv(), "pip", "compile", "-q", str(source), "--python-version", python,
                     "--python-platform", GLIBC_PLATFORM, "--no-header", "--no-annotate", "-o", str(pinned)],
                    check=True)
     return [line.strip() for line in pinned.read_text().splitlines() if "==" in line and not line.startswith("#")]
@@ -286,11 +289,11 @@ def pack(dest: Path, part_mib: int, keep_work: bool) -> dict:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def rehearse(folder: Path) -> list[str]:
+def rehearse(folder: Path) -> bool:
     """Here, on CPU: the lent machine's Python environment as far as these runs touch it (torch 2.11's CUDA build
     and every resolved package the image holds, in ``folder/venv``), the carried site built for this Python beside
-    it, and ``check`` run there, less the imports that need CUDA's driver (``NEEDS_DRIVER``). Returns the imports
-    that fail."""
+    it, and ``check`` run there, less the imports that need CUDA's driver (``NEEDS_DRIVER``). True when they all
+    succeed."""
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     work = folder / "work"
     shutil.rmtree(work, ignore_errors=True)
@@ -303,15 +306,14 @@ def rehearse(folder: Path) -> list[str]:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     image = [pin for pin in facts["resolved"] if pin not in facts["carried"]
              and normalise(pin.split("==", 1)[0]) in MACHINE_HAS]
-    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
-    subprocess.run([uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--no-deps", *image],
+    subprocess.run([_uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--no-deps", *image],
                    check=True)
     env = {**os.environ, "PYTHONPATH": f"{site}:{ROOT}"}
     modules = [m for m in CHECKED_IMPORTS if m not in NEEDS_DRIVER]
     result = subprocess.run([str(venv / "bin" / "python"), str(Path(__file__).resolve()), "check", *modules],
                             env=env)
     print(f"gpu_carry: not imported here (CUDA's driver library is needed): {' '.join(NEEDS_DRIVER)}")
-    return [] if result.returncode == 0 else ["see the lines above"]
+    return result.returncode == 0
 
 
 def spool_parts(source: Path, spool: Path, manifest: dict) -> list[str]:
@@ -388,7 +390,7 @@ def receive(source: Path, spool: Path, site: Path) -> bool:
 def check(modules: Iterable[str] = CHECKED_IMPORTS) -> list[str]:
     """Import each module (one interpreter for all: vLLM's import alone takes seconds); returns the failures. An
     interpreter that dies in a native import names no module: that is reported as one failure."""
-    script = ("import importlib, sys, traceback\n"
+    script = ("import importlib, sys\n"
               "for name in sys.argv[1:]:\n"
               "    try:\n"
               "        importlib.import_module(name)\n"
@@ -434,12 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "receive":
         complete = receive(args.source, args.spool, args.site)
         if complete and not args.no_check:
-            env_path = f"{args.site}:{ROOT}"
-            os.environ["PYTHONPATH"] = env_path + (":" + os.environ["PYTHONPATH"] if "PYTHONPATH" in os.environ else "")
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.site), str(ROOT),
+                                                                     os.environ.get("PYTHONPATH")]))
             return 1 if check() else 0
         return 0 if complete else 3
     if args.verb == "rehearse":
-        return 1 if rehearse(args.folder) else 0
+        return 0 if rehearse(args.folder) else 1
     return 1 if check(args.modules) else 0
 
 

@@ -40,6 +40,7 @@ DEFAULT_SYNC_CHUNK_MB = 512.0
 # Prefixes that mark peft/FSDP wrapper names rather than the HF checkpoint names vLLM's loader expects.
 _WRAPPER_NAME_MARKERS = ("base_model.model.", "_fsdp_wrapped_module.", "_orig_mod.", ".base_layer.", ".lora_")
 
+
 def return_cached_memory() -> None:
     """Give the driver back the memory a reload freed but PyTorch's cache still holds (the IPC buckets' copies, the
     layers rebuilt beside the old ones) before the KV cache is mapped again. vLLM 0.31's wake-up empties the cache
