@@ -1,5 +1,5 @@
-# Sourced by the opt-in lanes' installers (install_vllm_cpu.sh, install_verifiers.sh): what making such a lane's own
-# venv takes, in one place.
+# Sourced by the installers of the venvs beside .venv (install_vllm_cpu.sh, install_verifiers.sh,
+# benchmarks/trl/setup.sh): what making such a venv takes, in one place.
 # - uv installs (as the Makefile's main .venv): pip's resolver took minutes for the verifiers lane alone. uv does not
 #   read pip's configuration, so pip's find-links (PIP_FIND_LINKS: where the CPU torch wheel lives) are passed
 #   explicitly; without them uv would take the CUDA torch from the registry.

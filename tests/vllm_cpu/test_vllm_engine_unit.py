@@ -337,6 +337,21 @@ def test_sync_streams_chunks_in_one_reload_waking_sleeping_weights_only_at_the_f
     assert not engine._weights_stale and not engine._weights_asleep
 
 
+@pytest.mark.parametrize("tags, woken", [(None, ("kv_cache",)), (["weights", "kv_cache"], ("kv_cache",)),
+                                          (["weights"], None)])
+def test_wake_up_wakes_only_what_is_still_asleep(tags, woken):
+    """vLLM 0.26 maps a tag again even when it is awake: a wake_up() after a sync woke the weights held them twice."""
+    llm = _StubLLM()
+    engine = _stub_engine(llm, None, asleep=True)
+    engine.sleep_available = engine.sleep_enabled = True
+    engine.sync_weights(_layered())  # wakes the weights at its first chunk; the KV cache stays asleep
+    llm.calls.clear()
+    engine.wake_up(tags)
+    wakes = [c[1] for c in llm.calls if c[0] == "wake_up"]
+    assert wakes == ([woken] if woken else [])
+    assert not engine._weights_asleep and engine.asleep == (tags == ["weights"])
+
+
 def test_a_sync_that_fails_midway_finishes_the_stream_and_the_reload_and_refuses_to_generate():
     llm = _StubLLM(fail_on_chunk=1)
     engine = _stub_engine(llm, None)

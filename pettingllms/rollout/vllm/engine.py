@@ -453,14 +453,21 @@ class VLLMEngine:
         logger.info("vLLM asleep (level %d) after %.2f s", level, time.perf_counter() - started)
 
     def wake_up(self, tags: Sequence[str] | None = None) -> None:
-        """Reallocate what ``sleep`` freed: all of it (tags None), or ``["weights"]`` then ``["kv_cache"]``."""
+        """Reallocate what ``sleep`` freed: all of it (tags None), or ``["weights"]`` then ``["kv_cache"]``.
+
+        Only what is still asleep is woken: vLLM 0.26 maps a tag's memory again even when it is already awake, so
+        ``wake_up()`` after a sync had woken the weights would have held them twice."""
         if not self._sleep_usable("wake_up"):
             return
+        asked = ["weights", "kv_cache"] if tags is None else list(tags)
+        asleep = [tag for tag in asked if (tag == "weights" and self._weights_asleep)
+                  or (tag == "kv_cache" and self._asleep_level) or tag not in ("weights", "kv_cache")]
         with self._lock:
-            self.llm.wake_up(list(tags) if tags is not None else None)
-            if tags is None or "weights" in tags:
+            if asleep:
+                self.llm.wake_up(asleep)
+            if "weights" in asked:
                 self._weights_asleep = False
-            if tags is None or "kv_cache" in tags:
+            if "kv_cache" in asked:
                 self._asleep_level = 0
                 self.llm.reset_prefix_cache()
 
