@@ -110,6 +110,15 @@ def leftovers(folder: str | Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if _LEFTOVER.fullmatch(p.name))
 
 
+_TEMPORARY = re.compile(r"\.(.+)\.tmp-[^/]+")  # atomic_directory's .<name>.tmp-* (the name: group 1)
+
+
+def published_path(path: str | Path) -> Path:
+    """Where ``path``, inside a folder ``atomic_directory`` is still building, will be once it is renamed into place
+    (``root/.step_3.tmp-x/a`` -> ``root/step_3/a``); any other path is returned as it is."""
+    return Path(*(match.group(1) if (match := _TEMPORARY.fullmatch(part)) else part for part in Path(path).parts))
+
+
 def remove_directory_aside(path: str | Path) -> None:
     """Delete ``path`` by first renaming it away, so nobody sees it half-deleted."""
     path = Path(path)

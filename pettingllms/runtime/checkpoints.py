@@ -307,7 +307,13 @@ def start_worker_save(folder: Path, learner: "PolicyLearner | None", rank: int, 
     folder.mkdir(parents=True, exist_ok=True)
     if learner is not None and process_group is not None:
         saving, meta = learner.save_sharded_async(folder / SHARDS_DIR, process_group)
-        _write_rank_files(folder, rank, world_size, engine_rng, meta)
+        try:
+            _write_rank_files(folder, rank, world_size, engine_rng, meta)
+        except BaseException:
+            # The upload already runs: let it end before the caller removes the folder. Left running, it would write
+            # on unawaited (DCP makes its folders again, under a hidden name) and its own error would go unseen.
+            _quietly(saving.result)
+            raise
         return WorkerSave(saving.result, f"checkpoint-{folder.name}-rank{rank}")
     staged, meta = learner.stage_sharded() if learner is not None else (None, None)
     _write_rank_files(folder, rank, world_size, engine_rng, meta)

@@ -24,6 +24,8 @@ from typing import Iterable, Mapping
 
 import torch
 
+from pettingllms.core.atomic import published_path
+
 INDEX_FILE = "slots.json"
 SLOT_FILE = "slot{k}.safetensors"
 
@@ -99,13 +101,17 @@ class SnapshotStore:
     def _link_unchanged(self, k: int, weights: Mapping[str, torch.Tensor], path: Path) -> bool:
         """Hard-link slot ``k``'s last file to ``path`` when the slot still holds the weights that file has."""
         known = self._files.get(k)
-        if known is None or known[0] is not weights or not known[1].is_file():
+        if known is None or known[0] is not weights:
             return False
-        if known[1].resolve() == path.resolve():
+        # The last save wrote into a checkpoint's temporary folder, renamed into place since.
+        source = next((p for p in (known[1], published_path(known[1])) if p.is_file()), None)
+        if source is None:
+            return False
+        if source.resolve() == path.resolve():
             return True  # saved into the same folder again: the file is already there
         try:
             path.unlink(missing_ok=True)
-            os.link(known[1], path)
+            os.link(source, path)
         except OSError:  # another filesystem, or one without hard links: write the file instead
             return False
         return True

@@ -80,3 +80,42 @@ def test_a_failed_background_write_stops_the_run_and_latest_stays_on_the_last_co
     assert (checkpoints / "latest").read_text().strip() == "step_000001"
     assert not list(checkpoints.glob(".step_*")) and not (checkpoints / "step_000002").exists()
     assert "checkpoint step_000002 was not written" in (run_dir / "train.log").read_text()
+
+
+def test_a_rank_file_that_fails_after_a_sharded_save_started_waits_for_that_save_before_the_folder_goes(tmp_path,
+                                                                                                         monkeypatch):
+    """An FSDP save's upload starts before the rank's small files are written; when those fail (a full disk), the
+    upload must end before the folder is removed, or it writes on, unawaited, into a folder it makes again."""
+    import errno
+    import threading
+    from concurrent.futures import Future
+
+    from pettingllms.runtime import checkpoints
+
+    upload: Future = Future()
+
+    class ShardedLearner:  # DCP's async_save: the upload runs in a thread and makes its folders as it writes
+        def save_sharded_async(self, directory, group):
+            def write():
+                time.sleep(0.5)
+                directory.mkdir(parents=True, exist_ok=True)
+                (directory / "__0_0.distcp").write_bytes(b"shard")
+                upload.set_result(None)
+
+            threading.Thread(target=write).start()
+            return upload, {"step": 3}
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoints, "_write_rank_files", full_disk)
+    saving = []
+
+    def start(folder):
+        saving.append(checkpoints.start_worker_save(folder / "policies" / "p", ShardedLearner(), 0, 2, None,
+                                                    process_group=object()))
+
+    with pytest.raises(DiskFullError, match="step_000003 was not written"):
+        checkpoints.begin_checkpoint(tmp_path, 3, {"step": 3}, start)
+    assert upload.done() and not saving
+    assert list(tmp_path.iterdir()) == []  # no hidden folder the upload made again

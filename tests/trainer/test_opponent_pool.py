@@ -174,6 +174,41 @@ def test_an_unchanged_slot_is_linked_into_the_next_checkpoint_and_a_changed_one_
     assert torch.equal(again.slots[0]["w"], weights(10)["w"]) and torch.equal(again.slots[1]["w"], weights(11)["w"])
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_run_links_an_unchanged_slot_from_the_checkpoint_its_temporary_folder_became(tmp_path, asynchronous):
+    """A checkpoint is written into a temporary folder that is then renamed: the slot's last file is found where the
+    rename put it (it was rewritten at every checkpoint before)."""
+    import torch
+
+    from pettingllms.runtime.checkpoints import begin_checkpoint, save_checkpoint, step_dir_name
+    from pettingllms.runtime.snapshots import SLOT_FILE, SnapshotStore
+
+    store, done = SnapshotStore(), {}
+    store.hold(0, {"w": torch.ones(4)})
+    for step in (1, 2, 3):
+        frozen = store.frozen()
+
+        def payload(folder, step=step, frozen=frozen):
+            done[step] = frozen.save(folder / "policies" / "pool" / "snapshots")
+
+        if asynchronous:
+            begin_checkpoint(tmp_path, step, {"step": step}, payload).finish(lambda: None)
+        else:
+            save_checkpoint(tmp_path, step, {"step": step}, payload)
+    assert done == {1: {"written": [0], "linked": []}, 2: {"written": [], "linked": [0]},
+                    3: {"written": [], "linked": [0]}}
+    files = [tmp_path / step_dir_name(step) / "policies/pool/snapshots" / SLOT_FILE.format(k=0) for step in (1, 2, 3)]
+    assert len({f.stat().st_ino for f in files}) == 1 and files[0].stat().st_nlink == 3
+
+
+def test_published_path_maps_a_temporary_folder_to_its_final_name():
+    from pettingllms.core.atomic import published_path
+
+    assert published_path("/r/.step_000003.tmp-ab_1/p/slot0.safetensors") == Path("/r/step_000003/p/slot0.safetensors")
+    assert published_path("/r/step_000003/p/x") == Path("/r/step_000003/p/x")
+    assert published_path("/r/.hidden/x") == Path("/r/.hidden/x")
+
+
 def test_where_the_filesystem_cannot_link_an_unchanged_slot_is_written(tmp_path, monkeypatch):
     import os
 
