@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
@@ -276,10 +277,13 @@ class PolicyGroup:
         """Every policy's ``PolicyWorker.save_start``: their states copied, their writes running; ``save_wait``."""
         self._call_all("save_start", lambda p: os.path.join(directory, p))
 
-    def save_wait(self) -> None:
-        """Wait for every policy's write started by ``save_start``; the first failure is raised."""
+    def save_wait(self, timeout: float | None = None) -> None:
+        """Wait for every policy's write started by ``save_start``; the first failure is raised. ``timeout`` (Ray):
+        a ``TimeoutError`` after that many seconds (a run that stops on a failed rank: a peer may be stuck in a
+        collective, and its ``save_wait`` queued behind it would run only at nccl's or gloo's timeout)."""
         if self.use_ray:
-            self._rank0_results({p: [actor.save_wait.remote() for actor in actors] for p, actors in self.ranks.items()})
+            self._rank0_results({p: [actor.save_wait.remote() for actor in actors] for p, actors in self.ranks.items()},
+                                timeout=timeout)
             return
         failures = []
         for workers in self.ranks.values():  # every policy's write ends before the first failure is raised
@@ -329,17 +333,22 @@ class PolicyGroup:
         return {p: getattr(workers[0], method)(arg_for(p)) for p, workers in self.ranks.items()}
 
     @staticmethod
-    def _rank0_results(refs: Mapping[str, list[Any]]) -> dict[str, Any]:
+    def _rank0_results(refs: Mapping[str, list[Any]], timeout: float | None = None) -> dict[str, Any]:
         """Wait for every rank of every policy (collectives need them all); return each policy's rank-0 result.
 
         The first rank that fails raises at once: the others may be blocked in a collective that can never complete
-        now (an all-gather of the weight stream), and would otherwise hold the run until nccl's timeout."""
+        now (an all-gather of the weight stream), and would otherwise hold the run until nccl's timeout. ``timeout``:
+        a ``TimeoutError`` when some rank has not answered after that many seconds."""
         import ray
 
         flat = [ref for policy_refs in refs.values() for ref in policy_refs]
         pending = list(flat)
+        deadline = None if timeout is None else time.monotonic() + timeout
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not done:
+                raise TimeoutError(f"{len(pending)} of {len(flat)} rank call(s) did not answer within {timeout:.0f} s")
             ray.get(done)  # raises the failed rank's error now
         values = iter(ray.get(flat))
         results = {}

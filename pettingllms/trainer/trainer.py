@@ -16,6 +16,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 from pettingllms.algo.grpo import score_samples
@@ -54,6 +55,9 @@ from pettingllms.trainer.run_dir import (
 from pettingllms.trainer.tracking import make_trackers
 
 log = logging.getLogger("pettingllms.trainer")
+# How long a stopping run waits for the checkpoint being written (a 24 GB save took 31 s on an H100 with 8 writer
+# threads); a wait that outlasts it is a rank stuck behind a failed peer, and the stop goes on without that checkpoint.
+STOP_SAVE_WAIT_S = 300.0
 
 
 @dataclass
@@ -310,25 +314,35 @@ class Trainer:
                                      lambda step_dir: self.policies.save(str(step_dir / ckpt.POLICIES_DIR)),
                                      private=private)
 
-    def _complete_pending_checkpoint(self) -> None:
-        """The checkpoint being written in the background, if any: waited for, then published (and older ones
-        pruned)."""
+    def _complete_pending_checkpoint(self, wait: Callable[[], None] | None = None) -> None:
+        """The checkpoint being written in the background, if any: waited for (``wait``: the policies'
+        ``save_wait``), then published (and older ones pruned)."""
         pending, self._pending_checkpoint = self._pending_checkpoint, None
         if pending is None:
             return
+        wait = wait or self.policies.save_wait
         if not self._pending_logged:  # its step's row never went out (a stop in between): not a resume point
-            pending.abandon(drain=self.policies.save_wait)
+            pending.abandon(drain=wait)
             return
-        self._publish_checkpoint(pending.finish(self.policies.save_wait))
+        self._publish_checkpoint(pending.finish(wait))
         ckpt.prune_checkpoints(self.run_dir / "checkpoints", self.cfg.training.max_ckpt_to_keep)
 
     def _settle_pending_checkpoint(self) -> None:
         """On a stop: the checkpoint being written is finished and published if it can be (its step's row is
-        logged), else removed; ``latest`` stays on the last complete one either way."""
+        logged), else removed; ``latest`` stays on the last complete one either way. The wait is bounded
+        (``STOP_SAVE_WAIT_S``, all waits together): after a rank failed, a peer stuck in a collective holds its
+        ``save_wait`` until nccl's or gloo's timeout, and the run's error would be reported only then."""
         if self._pending_checkpoint is None:
             return
+        deadline = time.monotonic() + STOP_SAVE_WAIT_S
+        log.info("the run stops: waiting up to %.0f s for checkpoint %s, being written",
+                 STOP_SAVE_WAIT_S, self._pending_checkpoint.final.name)
+
+        def wait() -> None:
+            self.policies.save_wait(timeout=max(0.0, deadline - time.monotonic()))
+
         try:
-            self._complete_pending_checkpoint()
+            self._complete_pending_checkpoint(wait)
         except BaseException as exc:  # noqa: BLE001 - the stop's own error is the one to report
             log.warning("the checkpoint being written when the run stopped was not completed (%s: %s); the previous "
                         "one stays the one a resume starts from", type(exc).__name__, exc)

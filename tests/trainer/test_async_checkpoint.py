@@ -119,3 +119,40 @@ def test_a_rank_file_that_fails_after_a_sharded_save_started_waits_for_that_save
         checkpoints.begin_checkpoint(tmp_path, 3, {"step": 3}, start)
     assert upload.done() and not saving
     assert list(tmp_path.iterdir()) == []  # no hidden folder the upload made again
+
+
+def test_a_stopping_run_waits_for_its_checkpoint_a_bounded_time_and_keeps_the_previous_one(tmp_path, monkeypatch,
+                                                                                            caplog):
+    """After a rank failed, a peer stuck in a collective holds its ``save_wait`` until nccl's or gloo's timeout: the
+    stop waits at most ``STOP_SAVE_WAIT_S`` in all, then reports its error; ``latest`` does not move."""
+    import logging
+    import types
+
+    from pettingllms.runtime import checkpoints
+    from pettingllms.trainer import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "STOP_SAVE_WAIT_S", 1.0)
+    timeouts = []
+
+    class StuckRanks:
+        def save_wait(self, timeout=None):
+            timeouts.append(timeout)
+            time.sleep(timeout)
+            raise TimeoutError(f"1 of 2 rank call(s) did not answer within {timeout:.0f} s")
+
+    checkpoints.save_checkpoint(tmp_path, 1, {"step": 1}, lambda folder: None)
+    published = []
+    stopping = types.SimpleNamespace(policies=StuckRanks(), _pending_logged=True, _publish_checkpoint=published.append,
+                                     _pending_checkpoint=checkpoints.begin_checkpoint(tmp_path, 2, {"step": 2},
+                                                                                      lambda folder: None))
+    stopping._complete_pending_checkpoint = types.MethodType(trainer_module.Trainer._complete_pending_checkpoint,
+                                                             stopping)
+    started = time.perf_counter()
+    with caplog.at_level(logging.INFO, logger="pettingllms.trainer"):
+        trainer_module.Trainer._settle_pending_checkpoint(stopping)
+    assert time.perf_counter() - started < 3
+    assert timeouts and timeouts[0] <= 1.0 and sum(timeouts) <= 1.5  # the second wait (the folder's drain) is cut
+    assert "waiting up to 1 s for checkpoint step_000002" in caplog.text
+    assert "was not completed (TimeoutError" in caplog.text
+    assert not published and (tmp_path / "latest").read_text().strip() == "step_000001"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_000001"]
