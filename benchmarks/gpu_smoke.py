@@ -44,8 +44,12 @@ Every part adds ``optim.logprob_chunk_tokens=1024`` (``PART_OVERRIDES``), so the
 Per training step: update seconds, weight-sync seconds, rollout and generation seconds, generated tokens, and the
 device memory (GB in use on the GPU, every process) after each phase of the step: the update, the learner's cache
 release, the weights' sync and the KV cache's wake.
-Per part, the start-up seconds of every vLLM engine the run logged (``engine_start_s``): the first part on a fresh
-machine compiles the model (torch.compile, CUDA graphs); later parts with the same model load vLLM's compile cache.
+Per step and policy, the sync's four parts (``policy_sync_phases``: the cache release, the weights' wake, their
+transfer, the KV cache's wake). Per part, the start-up seconds of every vLLM engine the run logged
+(``engine_start_s``): the first part on a fresh machine compiles the model (torch.compile, CUDA graphs); later
+parts with the same model load vLLM's compile cache. And the transport each engine chose for its weight syncs
+(``sync_transports``, from its log line): on one GPU that is CUDA IPC, and a part whose engine fell back to shared
+memory says so (``sync_fallback``) and prints a warning, since its sync seconds are then the slow path's.
 Peak GPU memory is the device's ``memory.used`` (nvidia-smi, sampled every 0.2 s) over each part, so it covers
 vLLM's engine processes and the learners together.
 """
@@ -247,7 +251,8 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
                  *PART_OVERRIDES[level], *args.data_overrides]
     env = {**os.environ, "PYTHON": sys.executable}
     start = time.perf_counter()
-    engine_starts = run_echoing(["bash", str(script), *overrides], env)
+    logged = run_echoing(["bash", str(script), *overrides], env)
+    engine_starts = logged["engine_start_s"]
     wall = time.perf_counter() - start
     (summary,) = log_dir.glob("*/*/*/summary.log")
     rows = [json.loads(line) for line in summary.read_text().splitlines()]
@@ -261,6 +266,7 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
         "step_s": row["timing/step_s"],
         "generated_tokens": generated_tokens_of(row),
         "policy_sync_s": {k.split("/")[0]: v for k, v in row.items() if k.endswith("/actor/timing/sync_s")},
+        "policy_sync_phases": sync_phases(row),
         "memory_gb": memory_phases(row),
     } for row in steps]
     for step in per_step:
@@ -270,18 +276,37 @@ def training(level: str, args: argparse.Namespace, log_dir: Path) -> dict:
     timed = per_step[1:] or per_step  # the first step also compiles kernels and allocates caches
     if engine_starts:  # the first part on a machine compiles; later ones load vLLM's compile cache
         print(f"{level}: vLLM engines started in " + ", ".join(f"{s:.1f} s" for s in engine_starts), flush=True)
+    fallback = [why for transport, why in logged["sync_transports"] if transport != "cuda_ipc"]
+    if fallback:
+        print(f"WARNING {level}: weight syncs went over shared memory, not CUDA IPC: {'; '.join(fallback)}",
+              flush=True)
     return {"script": LEVEL_SCRIPTS[level], "overrides": overrides, "wall_s": wall, "steps": per_step,
-            "engine_start_s": engine_starts,
+            "engine_start_s": engine_starts, "sync_transports": logged["sync_transports"],
+            "sync_fallback": bool(fallback),
             "medians": {k: median([s[k] for s in timed]) for k in ("update_s", "sync_s", "step_s", "rollout_s")}}
 
 
 ENGINE_STARTED = re.compile(r"vLLM engine for .* started in (\d+(?:\.\d+)?) s")
+SYNC_TRANSPORT = re.compile(r"weight syncs go over (\w+): (.*?)\s*$")
+SYNC_PHASE = re.compile(r"^(.+)/actor/timing/sync_(release|wake_weights|weights|wake)_s$")
 
 
-def run_echoing(command: list[str], env: dict) -> list[float]:
-    """Run ``command``, echoing its output as it comes; return the start-up seconds of every vLLM engine it logged
-    (``VLLMEngine``'s "started in" line, printed by the Ray actors that host the engines)."""
+def sync_phases(row: dict) -> dict[str, dict[str, float]]:
+    """Each policy's weight sync in its parts (``runtime/serving.py``): release, wake_weights, weights (the transfer),
+    wake (the KV cache's)."""
+    phases: dict[str, dict[str, float]] = {}
+    for key, value in row.items():
+        if (match := SYNC_PHASE.match(key)) is not None:
+            phases.setdefault(match.group(1), {})[match.group(2)] = value
+    return phases
+
+
+def run_echoing(command: list[str], env: dict) -> dict[str, list]:
+    """Run ``command``, echoing its output as it comes; return what its engines logged: the start-up seconds of every
+    vLLM engine (``engine_start_s``: ``VLLMEngine``'s "started in" line, printed by the Ray actors that host the
+    engines) and the transport each chose for its weight syncs, with why (``sync_transports``)."""
     starts: list[float] = []
+    transports: list[tuple[str, str]] = []
     with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           bufsize=1) as process:
         assert process.stdout is not None
@@ -289,9 +314,11 @@ def run_echoing(command: list[str], env: dict) -> list[float]:
             sys.stdout.write(line)
             if (match := ENGINE_STARTED.search(line)) is not None:
                 starts.append(float(match.group(1)))
+            if (match := SYNC_TRANSPORT.search(line)) is not None:
+                transports.append((match.group(1), match.group(2)))
     if process.returncode:
         raise subprocess.CalledProcessError(process.returncode, command)
-    return starts
+    return {"engine_start_s": starts, "sync_transports": transports}
 
 
 def memory_phases(row: dict) -> dict[str, float]:

@@ -239,6 +239,8 @@ def test_gpu_smoke_quick(tmp_path):
     assert all(s["update_s"] > 0 and s["step_s"] >= s["update_s"] for s in l1["steps"])
     assert l1["medians"]["update_s"] == l1["steps"][1]["update_s"]  # the first step (warm-up) is left out
     assert l1["engine_start_s"] == []  # the transformers engine on CPU: no vLLM start to time
+    assert l1["sync_transports"] == [] and l1["sync_fallback"] is False  # nor a vLLM sync
+    assert all(set(s["policy_sync_phases"]) <= {"policy_0"} for s in l1["steps"])
 
 
 def test_gpu_smoke_reads_vllm_engine_starts_from_the_runs_output(tmp_path):
@@ -252,10 +254,14 @@ def test_gpu_smoke_reads_vllm_engine_starts_from_the_runs_output(tmp_path):
     source = (Path(__file__).resolve().parents[2] / "pettingllms" / "rollout" / "vllm" / "engine.py").read_text()
     (form,) = re.findall(r'"(vLLM engine for [^"]*started in %\.1f s)"', source)  # the engine's own log format
     line = form % ("/m", "cuda", 1, 4096, "1,234", 44.2)
+    (transport_form,) = re.findall(r'"(weight syncs go over %s: %s)"', source)
+    sync_line = transport_form % ("cuda_ipc", "the CUDA IPC round trip returned the pattern")
     script = tmp_path / "run.sh"
     script.write_text(f"echo '(PolicyWorker pid=1) INFO {line}'\necho '(PolicyWorker pid=2) INFO "
-                      f"{line.replace('44.2', '3.5')}'\necho done\n")
-    assert smoke.run_echoing(["bash", str(script)], {}) == [44.2, 3.5]
+                      f"{line.replace('44.2', '3.5')}'\necho '(PolicyWorker pid=1) INFO engine.py:396] {sync_line}'\n"
+                      "echo done\n")
+    assert smoke.run_echoing(["bash", str(script)], {}) == {
+        "engine_start_s": [44.2, 3.5], "sync_transports": [("cuda_ipc", "the CUDA IPC round trip returned the pattern")]}
     script.write_text("exit 3\n")
     with pytest.raises(subprocess.CalledProcessError):
         smoke.run_echoing(["bash", str(script)], {})
