@@ -501,3 +501,54 @@ def test_a_cpu_sync_goes_through_shared_memory_and_a_bad_transport_is_refused(mo
     monkeypatch.setitem(sys.modules, "vllm", None)
     with pytest.raises(ConfigError, match="sync_transport"):
         VLLMEngine("any-model", sync_transport="nccl")
+
+
+def test_the_ipc_handle_asks_the_receiver_for_no_event():
+    """torch's receiver opens the handle's event and never destroys it; every sender synchronizes first instead."""
+    from pettingllms.rollout.vllm import ipc
+
+    class Storage:
+        def _share_cuda_(self):
+            return (0, b"mem", 4096, 0, b"/torch_1", 3, b"event", True)
+
+    class Bucket:
+        def untyped_storage(self):
+            return Storage()
+
+    assert ipc.share_handle(Bucket()) == (0, b"mem", 4096, 0, b"/torch_1", 3, b"event", False)
+
+
+def test_the_worker_copies_each_ipc_tensor_out_as_the_model_takes_it(monkeypatch):
+    """``load_weights_ipc`` on a CPU buffer standing in for the mapped one: the model gets copies, never views of the
+    sender's buffer, made one at a time as it consumes them, and the buffer is let go only after the last copy."""
+    import types
+
+    from pettingllms.rollout.vllm import ipc
+
+    sent = dict(_layered(2))
+    bucket, layout = ipc.pack_bucket(sent, torch.bfloat16)
+    monkeypatch.setattr(ipc, "open_handle", lambda handle, size: bucket if size == bucket.numel() else None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    config = types.ModuleType("vllm.config")
+    config.set_current_vllm_config = lambda cfg: __import__("contextlib").nullcontext()
+    monkeypatch.setitem(sys.modules, "vllm.config", config)
+    received, pending = {}, []
+
+    class Model:
+        def load_weights(self, weights):
+            for name, tensor in weights:
+                pending.append(name)
+                assert tensor.untyped_storage().data_ptr() != bucket.untyped_storage().data_ptr()
+                received[name] = tensor
+
+    clones = []
+    real_clone = torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone", lambda self, *a, **k: clones.append(len(pending)) or real_clone(self))
+    worker = types.SimpleNamespace(vllm_config=None, model_runner=types.SimpleNamespace(get_model=Model))
+    rows = [[name, dtype, list(shape), offset] for name, dtype, shape, offset in layout]
+    assert VLLMWorkerWeightLoader.load_weights_ipc(worker, [0], bucket.numel(), rows) == len(sent)
+    assert clones == list(range(len(sent)))  # each copy made when the model asked for that tensor, not before
+    assert received.keys() == sent.keys()
+    for name, tensor in sent.items():
+        assert torch.equal(received[name], tensor.to(torch.bfloat16)), name

@@ -83,8 +83,14 @@ def unpack_bucket(bucket: Any, layout: Layout) -> list[tuple[str, Any]]:
 
 
 def share_handle(bucket: Any) -> tuple:
-    """The CUDA IPC handle of ``bucket``'s storage as plain ints and bytes (what msgpack carries)."""
-    return tuple(bucket.untyped_storage()._share_cuda_())
+    """The CUDA IPC handle of ``bucket``'s storage as plain ints and bytes (what msgpack carries).
+
+    Its last field, ``event_sync_required``, is cleared: every sender synchronizes the device before it shares a
+    bucket, so the receiver has nothing to wait for, and torch's receiver (``_new_shared_cuda``) opens the event with
+    ``cudaIpcOpenEventHandle`` and never destroys it: one event leaked per chunk, for the worker's lifetime."""
+    handle = list(bucket.untyped_storage()._share_cuda_())
+    handle[7] = False
+    return tuple(handle)
 
 
 def open_handle(handle: Sequence[Any], size: int) -> Any:

@@ -87,20 +87,21 @@ class VLLMWorkerWeightLoader:
 
     def load_weights_ipc(self, handle: list, size: int, layout: list) -> int:
         """Map the CUDA IPC buffer ``handle`` (``size`` bytes; ``ipc.py``) and load the tensors ``layout`` places in it;
-        returns the count. Each tensor is copied out before the model sees it: vLLM's layerwise reload keeps what it
-        is given until a layer is complete, and the buffer is the sender's again once this returns."""
+        returns the count. Each tensor is copied out as the model takes it: vLLM's layerwise reload keeps what it is
+        given until a layer is complete, and the buffer is the sender's again once this returns. Copied one at a
+        time, so the copies alive at once are those of the layers still incomplete, not the whole chunk."""
         import torch
         from vllm.config import set_current_vllm_config
 
         from pettingllms.rollout.vllm.ipc import open_handle, unpack_bucket
 
         bucket = open_handle(handle, size)
-        tensors = [(name, view.clone()) for name, view in unpack_bucket(bucket, [tuple(row) for row in layout])]
-        torch.cuda.current_stream().synchronize()  # the copies are done: let go of the sender's memory
-        del bucket
+        views = unpack_bucket(bucket, [tuple(row) for row in layout])
         with set_current_vllm_config(self.vllm_config):
-            self.model_runner.get_model().load_weights(iter(tensors))
-        return len(tensors)
+            self.model_runner.get_model().load_weights((name, view.clone()) for name, view in views)
+        torch.cuda.current_stream().synchronize()  # every copy is done: let go of the sender's memory
+        del views, bucket
+        return len(layout)
 
     def ipc_probe(self, handle: list, size: int) -> int:
         """The sum of the bytes of the CUDA IPC buffer ``handle``: the round trip that picks the sync's transport; -1
