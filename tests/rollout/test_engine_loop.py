@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pettingllms.rollout.vllm.engine_loop import EngineLoop, answer_id
+from pettingllms.rollout.vllm.engine_loop import EngineLoop, EngineStepFailed, answer_id, retry_after_step_failure
 
 
 class StandInLLM:
@@ -85,6 +85,53 @@ def test_a_failing_step_fails_the_callers_in_flight_and_the_loop_serves_the_next
     assert llm.aborted == ["0-a1b2c3d4"] and not llm.left  # dropped from the engine, under the id vLLM gave it
     assert [o.request_id for o in loop.run(["p"], [2], None)] == ["1"]
     loop.close()
+
+
+class PoisonLLM(StandInLLM):
+    """Every step fails while a poison request (a negative length) is among the unfinished ones; vLLM keeps going."""
+
+    def enqueue(self, prompts, params, lora_request=None, use_tqdm=True):
+        ids = super().enqueue(prompts, [abs(p) for p in params])
+        self.poison = getattr(self, "poison", set()) | {i.split("-")[0] for i, p in zip(ids, params) if p < 0}
+        return ids
+
+    def _step(self):
+        if self.poison & set(self.left):
+            self.poison -= set(self.left)  # aborted by the loop: a retry enqueues it again
+            raise RuntimeError("the poison request broke the step")
+        return super()._step()
+
+
+def test_a_request_that_fails_the_step_fails_alone_and_the_others_in_that_step_are_retried():
+    """Streaming sends one call per episode stage: a call of one request is not split and retried by
+    ``run_or_retry_one_by_one``, so a step failed by another episode's request used to fail this one's samples."""
+    import logging
+
+    from pettingllms.core.types import GenerationRequest, SamplingParams
+    from pettingllms.rollout.local_engine import run_or_retry_one_by_one
+
+    loop, retries, outcome = EngineLoop(PoisonLLM(step_seconds=0.005), threading.Lock()), threading.Lock(), {}
+
+    def generate(name, length):  # VLLMEngine.generate's continuous path for a call of one request
+        request = GenerationRequest(name, (1,), 1, SamplingParams())
+
+        def run(batch):
+            return retry_after_step_failure(lambda: [["stop"] for _ in loop.run(["p"], [length], None)], retries)
+
+        (done,) = run_or_retry_one_by_one([request], run, lambda r: r, lambda r: r.n, logging.getLogger("test"))
+        outcome[name] = done[0] if isinstance(done[0], str) else done[0].finish_reason
+
+    healthy = threading.Thread(target=generate, args=("healthy", 100))
+    healthy.start()
+    time.sleep(0.05)  # the healthy request is generating when the poison one joins its steps
+    generate("poison", -5)
+    healthy.join(timeout=30)
+    loop.close()
+    assert outcome == {"healthy": "stop", "poison": "error"}
+    broken = EngineLoop(StandInLLM(fail_at_step=1), threading.Lock())
+    with pytest.raises(EngineStepFailed, match="engine core died"):  # what callers of a failed step hear
+        broken.run(["p"], [3], None)
+    broken.close()
 
 
 def test_a_closed_loop_refuses_calls_and_answers_waiting_ones_with_an_error():

@@ -73,7 +73,7 @@ from pettingllms.core.types import (
     GenerationResult,
 )
 from pettingllms.rollout.local_engine import refuse_unknown_adapters, run_or_retry_one_by_one, screen_prompts
-from pettingllms.rollout.vllm.engine_loop import EngineLoop
+from pettingllms.rollout.vllm.engine_loop import EngineLoop, retry_after_step_failure
 from pettingllms.rollout.vllm.footprint import DEFAULT_GPU_MEMORY_UTILIZATION
 from pettingllms.rollout.vllm.ipc import (
     IPC,
@@ -242,6 +242,7 @@ class VLLMEngine:
         # (the streaming rollout); otherwise each call runs vLLM's offline generate, one call at a time.
         self.continuous = bool(continuous)
         self._loop = EngineLoop(self.llm, self._lock) if self.continuous else None
+        self._retries = threading.Lock()  # the continuous loop's retries after a failed step, one at a time
         self.adapters = AdapterRegistry(self.llm, self._lock)
         if self.enable_lora and current_platform.is_cpu():
             self.adapters.add_zero_adapter(self.model_dir)  # base-weight requests on CPU (lora.zero_adapter)
@@ -283,8 +284,8 @@ class VLLMEngine:
             completions, runnable = screen_prompts(requests, self.vocab_size, self.context_window, logger)
         if runnable:
             def run(batch):  # the loop takes the lock per step; vLLM's own generate holds it for the whole call
-                if self._loop is not None:
-                    return self._run(batch, call)
+                if self._loop is not None:  # a step failed by another caller's request is retried
+                    return retry_after_step_failure(lambda: self._run(batch, call), self._retries)
                 with self._lock:
                     return self._run(batch, call)
 

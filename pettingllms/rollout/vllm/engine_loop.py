@@ -15,9 +15,26 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class EngineStepFailed(RuntimeError):
+    """An engine step failed while a caller's requests were in it. Every request in flight shares the step, so the
+    request that failed it may be another caller's (``retry_after_step_failure``)."""
+
+
+def retry_after_step_failure(run: Callable[[], T], retries: threading.Lock) -> T:
+    """``run()``, and once more if an engine step failed under it (``EngineStepFailed``), holding ``retries`` so that
+    no two callers' retries share a step: a request that fails every step it is in then fails its own retry alone,
+    and the others' retries succeed. A barrier's ``generate`` gets the same from ``run_or_retry_one_by_one``."""
+    try:
+        return run()
+    except EngineStepFailed:
+        with retries:
+            return run()
 
 
 class _Waiter:
@@ -111,7 +128,9 @@ class EngineLoop:
                             self._fail_all(RuntimeError(f"vLLM finished without answering requests {lost[:5]}"))
             except Exception as error:  # the engine failed: every caller in flight hears it, later calls may retry
                 logger.exception("a vLLM engine step failed; failing the %d requests in flight", len(self._waiting))
-                self._abort(self._fail_all(error))
+                failed = EngineStepFailed(f"a vLLM engine step failed: {type(error).__name__}: {error}")
+                failed.__cause__ = error
+                self._abort(self._fail_all(failed))
 
     def _fail_all(self, error: BaseException) -> list[str]:
         """Fail every waiting caller; the ids vLLM gave their requests."""
