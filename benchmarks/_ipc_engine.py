@@ -39,3 +39,19 @@ def engine_side(conn, device_index: int, mode: str, specs: list[tuple[str, tuple
             torch.cuda.synchronize(device)
         conn.send(index)
     conn.send({name: float(t.float().sum()) for name, t in weights.items()})
+
+
+def project_receiver(conn) -> None:
+    """The trainer's own IPC path, receiving side (``pettingllms/rollout/vllm/ipc.py``, as its worker extension
+    uses it): for each message of plain data (the handle as ``share_handle`` made it, the bucket's size, the layout
+    rows), map the bucket with ``open_handle``, copy each tensor out of ``unpack_bucket``'s views, let go of the
+    mapping, and reply with each tensor's checksum; None ends it."""
+    from pettingllms.rollout.vllm.ipc import open_handle, unpack_bucket
+
+    while (message := conn.recv()) is not None:
+        handle, size, layout = message
+        bucket = open_handle(handle, size)
+        copies = [(name, view.clone()) for name, view in unpack_bucket(bucket, [tuple(row) for row in layout])]
+        torch.cuda.current_stream().synchronize()
+        del bucket
+        conn.send({name: float(t.float().sum()) for name, t in copies})

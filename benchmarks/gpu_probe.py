@@ -19,7 +19,9 @@ stored tensors' names and shapes), the model of the shipped math scripts.
   tensor), double-buffered: CUDA IPC (the buckets live on the GPU; the engine maps them once
   and copies out) against host shared memory (the bucket in ``/dev/shm``: device to host, then host to device),
   the path the trainer uses today. The engine side copies into its own preallocated weights (what a weight loader
-  does) and returns checksums, compared with the sender's.
+  does) and returns checksums, compared with the sender's. Then the trainer's own path (``project_path``:
+  ``rollout/vllm/ipc.py``'s ``pack_bucket``, ``share_handle``, ``open_handle``, ``unpack_bucket``, the handle sent
+  as plain data), the whole model once, checksums compared: what vLLM's worker does in a sync, without vLLM.
 - ``checkpoint``: ``torch.distributed.checkpoint`` of the fp32 weights and AdamW state of every stored tensor (24.4 GB on
   the GPU): one writer thread (torch's default, the trainer today), 8 writer threads, and ``async_save`` (8 threads;
   the time training is blocked, and the time until the save is complete).
@@ -43,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from _ipc_engine import engine_side, receive  # noqa: E402
+from _ipc_engine import engine_side, project_receiver, receive  # noqa: E402
 from _report import load_average, median, out_dir, write_result  # noqa: E402
 
 MODEL_ID = "Qwen/Qwen3-1.7B"
@@ -265,7 +267,50 @@ def probe_ipc(device: torch.device, quick: bool, repeats: int) -> dict[str, Any]
         del buckets
     if "ipc" in result:
         result["shm_over_ipc"] = result["shm"]["seconds_median"] / result["ipc"]["seconds_median"]
+        try:  # first run on a GPU: a failure here must not lose the figures above
+            result["project_path"] = probe_project_ipc(tensors, bucket_bytes)
+        except Exception as exc:  # noqa: BLE001 - recorded in the part's JSON, and printed
+            result["project_path"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            print(f"ipc: the trainer's own IPC path failed: {result['project_path']['error']}", flush=True)
     return result
+
+
+def probe_project_ipc(tensors: dict[str, torch.Tensor], bucket_bytes: int) -> dict[str, Any]:
+    """The trainer's own CUDA IPC path end to end without vLLM: the model's tensors (in fp32, cast to bf16 as a sync
+    does) packed by ``pack_bucket`` a bucket at a time, each bucket's ``share_handle`` sent as plain data to a
+    spawned process that maps it with ``open_handle`` and copies out of ``unpack_bucket``; its checksums against
+    the sender's, and the seconds."""
+    import torch.multiprocessing as mp
+
+    from pettingllms.rollout.vllm.ipc import pack_bucket, share_handle
+
+    chunks: list[dict[str, torch.Tensor]] = [{}]
+    for name, tensor in tensors.items():
+        if chunks[-1] and sum(t.numel() * 2 for t in chunks[-1].values()) + tensor.numel() * 2 > bucket_bytes:
+            chunks.append({})
+        chunks[-1][name] = tensor
+    expected = {name: float(t.float().sum()) for name, t in tensors.items()}
+    parent, child = mp.get_context("spawn").Pipe()
+    engine = mp.get_context("spawn").Process(target=project_receiver, args=(child,))
+    engine.start()
+    sums, start = {}, time.perf_counter()
+    try:
+        for chunk in chunks:
+            bucket, layout = pack_bucket({name: t.float() for name, t in chunk.items()}, torch.bfloat16)
+            torch.cuda.synchronize(bucket.device)  # as the engine does: the receiver waits on no event
+            parent.send([list(share_handle(bucket)), int(bucket.numel()),
+                         [[name, dtype, list(shape), offset] for name, dtype, shape, offset in layout]])
+            sums.update(receive(parent, engine))
+            del bucket
+        seconds = time.perf_counter() - start
+        parent.send(None)
+    finally:
+        engine.join(timeout=60)
+        if engine.is_alive():
+            engine.kill()
+    worst = max(abs(sums[name] - expected[name]) / max(1.0, abs(expected[name])) for name in expected)
+    return {"buckets": len(chunks), "seconds": seconds, "checksums_worst_relative": worst,
+            "ok": sums.keys() == expected.keys() and worst < 1e-3}
 
 
 # ------------------------------------------------------------------------------------------------ checkpoint

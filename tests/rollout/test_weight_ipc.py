@@ -69,7 +69,7 @@ def test_a_layout_pointing_outside_the_buffer_or_naming_no_dtype_is_refused():
 
 @pytest.mark.parametrize("platform, tp, probe, expected, why", [
     ("cpu", 1, lambda: True, SHARED_MEMORY, "not CUDA"),
-    ("cuda", 2, lambda: True, SHARED_MEMORY, "tensor parallel 2"),
+    ("cuda", 2, lambda: True, SHARED_MEMORY, "2 engine workers"),
     ("cuda", 1, None, SHARED_MEMORY, "no round trip"),
     ("cuda", 1, lambda: False, SHARED_MEMORY, "another checksum"),
     ("cuda", 1, lambda: 1 / 0, SHARED_MEMORY, "ZeroDivisionError"),
@@ -78,6 +78,21 @@ def test_a_layout_pointing_outside_the_buffer_or_naming_no_dtype_is_refused():
 def test_the_transport_is_ipc_only_when_a_round_trip_proves_it(platform, tp, probe, expected, why):
     transport, reason = choose_transport(platform, tp, probe)
     assert transport == expected and why in reason
+
+
+def test_the_engine_counts_its_workers_from_vllms_parallel_config():
+    """Pipeline parallel set through llm_options also puts workers on other GPUs: tensor parallel 1 is not enough."""
+    from types import SimpleNamespace
+
+    from pettingllms.rollout.vllm.engine import VLLMEngine
+
+    engine = object.__new__(VLLMEngine)
+    engine.tensor_parallel_size = 1
+    engine.llm = SimpleNamespace(llm_engine=SimpleNamespace(
+        vllm_config=SimpleNamespace(parallel_config=SimpleNamespace(world_size=2))))
+    assert engine._worker_count() == 2
+    engine.llm = SimpleNamespace()  # a vLLM without it: the engine's own count
+    assert engine._worker_count() == 1
 
 
 def test_the_probe_pattern_sums_to_what_the_worker_must_return():

@@ -392,10 +392,16 @@ class VLLMEngine:
         if getattr(tensor, "device", None) is None or tensor.device.type != "cuda":
             return SHARED_MEMORY
         if self.sync_transport is None:
-            self.sync_transport, why = choose_transport(self.platform, self.tensor_parallel_size,
+            self.sync_transport, why = choose_transport(self.platform, self._worker_count(),
                                                         lambda: self._ipc_round_trip(tensor.device))
             logger.info("weight syncs go over %s: %s", self.sync_transport, why)
         return self.sync_transport
+
+    def _worker_count(self) -> int:
+        """vLLM's workers (tensor x pipeline parallel: ``llm_options`` may set the latter); only one shares the GPU."""
+        config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)
+        world = getattr(getattr(config, "parallel_config", None), "world_size", None)
+        return int(world) if isinstance(world, int) else self.tensor_parallel_size
 
     def _ipc_round_trip(self, device: Any) -> bool:
         import torch

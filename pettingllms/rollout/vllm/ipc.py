@@ -115,13 +115,14 @@ def probe_sum() -> int:
     return sum(i % 256 for i in range(PROBE_BYTES))
 
 
-def choose_transport(platform: str, tensor_parallel_size: int, probe=None) -> tuple[str, str]:
-    """(transport, why). CUDA IPC only on a CUDA platform, with one engine GPU (tensor parallel 1: the learner and
-    the worker share it), and when ``probe()`` (a round trip through the worker) returns True; else shared memory."""
+def choose_transport(platform: str, workers: int, probe=None) -> tuple[str, str]:
+    """(transport, why). CUDA IPC only on a CUDA platform, with one engine worker (tensor and pipeline parallel 1:
+    the learner and the worker share its GPU), and when ``probe()`` (a round trip through the worker) returns True;
+    else shared memory."""
     if platform != "cuda":
         return SHARED_MEMORY, f"the platform is {platform!r}, not CUDA"
-    if tensor_parallel_size != 1:
-        return SHARED_MEMORY, f"tensor parallel {tensor_parallel_size}: the engine's ranks are on other GPUs"
+    if workers != 1:
+        return SHARED_MEMORY, f"{workers} engine workers: all but one are on other GPUs"
     if probe is None:
         return SHARED_MEMORY, "no round trip was made"
     try:
