@@ -21,6 +21,8 @@ from pettingllms.core.choices import DTYPE_BYTES
 from pettingllms.core.errors import ConfigError
 from pettingllms.learner.footprint import LearnerSetup
 from pettingllms.models.shape import KNOWN_MODEL_TYPES, ModelShape, model_config
+from pettingllms.rollout.vllm.footprint import ipc_sync_bytes
+from pettingllms.rollout.vllm.weights import DEFAULT_SYNC_CHUNK_MB
 
 @dataclass(frozen=True)
 class MemoryPlan:
@@ -139,6 +141,9 @@ def policy_input(spec: Any, shape: ModelShape, source: str, longest_sample: int)
         snapshot_of=spec.snapshot_of,
         config_key=spec.config_key,
         module_on_host=spec.module_on_host,
+        sync_device_bytes=ipc_sync_bytes(float(options.get("sync_chunk_mb", DEFAULT_SYNC_CHUNK_MB)),
+                                         str(options.get("sync_transport", "auto")), int(layout.tensor_parallel),
+                                         full_model=lora is None),
     )
 
 

@@ -26,8 +26,10 @@ The terms follow what the code does:
   (``runtime/serving.py::release_accelerator_cache``, its order tested in tests/runtime/test_engine_sync.py):
   the rollout phase holds the
   learner's resident state (weights, AdamW state; gradients are freed) next to the whole vLLM budget;
-- the weight sync gathers one full tensor at a time on the GPU (in the compute dtype for a full model) and moves
-  it to host memory; its chunks (engine option ``sync_chunk_mb``) live in host shared memory, not on the GPU.
+- the weight sync gathers one full tensor at a time on the GPU (in the compute dtype for a full model); over host
+  shared memory its chunks (engine option ``sync_chunk_mb``) live in host memory, over CUDA IPC (a full model on one
+  GPU, the default there) a chunk's cast tensors and the bucket they are packed into are on the GPU
+  (``rollout/vllm/footprint.ipc_sync_bytes``).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class PolicyInput:
     snapshot_of: str = ""  # an opponent-pool worker: the trained policy whose config (base_models.<p>) it shares
     module_on_host: bool = False  # its module stays in host memory (a vLLM pool worker stages past versions there)
     config_key: str = ""  # the base_models.<key> its settings come from ("": its name, or its pool's policy's)
+    sync_device_bytes: float = 0.0  # a sync's chunk on the GPU (CUDA IPC: rollout/vllm/footprint.ipc_sync_bytes)
 
     @property
     def config_name(self) -> str:
@@ -152,7 +155,7 @@ def policy_memory(policy: PolicyInput, gpu_bytes: float | None) -> PolicyMemory:
     kept = learner.kept  # the update's peak went back with the cache release, before the engine woke
     world = policy.learner.world_size
     transient = learner.largest_tensor * (1 + 1 / world) + \
-        layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel
+        layer_parameters(policy.shape) * policy.engine_bytes / policy.tensor_parallel + policy.sync_device_bytes
     update = learner.peak * (1 + ALLOCATOR_RESERVE) + process
     sync = kept + transient + weights + process
     rollout = kept + engine + process

@@ -41,8 +41,9 @@ def assumptions() -> list[str]:
         "GPU's size unless llm_options sets them), holds one max_model_len sequence of KV cache; the profile counted "
         "is a floor (older samplers' float32 copies, CUDA graphs and memory outside torch come off the KV cache too)",
         released,
-        "weight sync: one full tensor gathered at a time on the GPU; its chunks (engine option sync_chunk_mb) go "
-        "through host shared memory",
+        "weight sync: one full tensor gathered at a time on the GPU; a full model on one GPU sends its chunks (engine "
+        "option sync_chunk_mb) over CUDA IPC, each chunk and the bucket it is packed into on the GPU; LoRA adapters "
+        "and tensor-parallel engines go through host shared memory",
     ]
 
 

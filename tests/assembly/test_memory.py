@@ -327,6 +327,21 @@ def test_the_plan_holds_what_math_l1_used_on_an_h200():
     assert "cache kept after release" in run.memory.describe()
 
 
+def test_a_full_model_sync_over_cuda_ipc_holds_two_chunks_on_the_gpu_and_the_plan_counts_them():
+    """The chunk's cast tensors and the bucket they are packed into (rollout/vllm/ipc.py); not under LoRA (adapters
+    travel, not the model), nor where the sync goes through host shared memory."""
+    def transient(*overrides):
+        return run_plan("resources.gpus_per_policy=1", "resources.gpu_memory_gb=150", *overrides).memory.plans[0] \
+            .policies[0].sync_transient
+
+    shared = transient("+base_models.policy_0.engine_options.sync_transport=shared_memory")
+    assert transient() - shared == pytest.approx(2 * 512 * 2**20)  # the default sync_chunk_mb
+    assert transient("+base_models.policy_0.engine_options.sync_chunk_mb=128") - shared == pytest.approx(
+        2 * 128 * 2**20)
+    lora = run_plan("resources.gpus_per_policy=1", "resources.gpu_memory_gb=150", "specialization=L2")
+    assert lora.memory.plans[0].policies[0].policy.sync_device_bytes == 0
+
+
 def test_only_an_unsharded_full_fine_tune_keeps_cache_after_the_release():
     def learner(*overrides):
         return run_plan("resources.gpus_per_policy=1", "resources.gpu_memory_gb=150", *overrides).memory.plans[0] \

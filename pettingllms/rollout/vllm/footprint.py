@@ -64,3 +64,13 @@ def vllm_kv_room(shape: ModelShape, dtype_bytes: int, tensor_parallel: int, util
     weights = parameter_count(shape) * dtype_bytes / tensor_parallel
     profile = vllm_profile_bytes(shape, dtype_bytes, tensor_parallel, gpu_bytes, batched_tokens, max_seqs)
     return utilization * gpu_bytes - weights - profile
+
+
+def ipc_sync_bytes(chunk_mb: float, transport: str, tensor_parallel: int, full_model: bool) -> float:
+    """What a full-model weight sync over CUDA IPC (``rollout/vllm/ipc.py``) holds on the GPU beyond the tensor being
+    gathered and the layer being assembled: the chunk's cast tensors and the bucket they are packed into (the worker
+    copies out one tensor at a time). 0 where the sync goes through host shared memory: LoRA (adapters, not a full
+    sync), tensor parallelism, or ``sync_transport=shared_memory``. ``auto`` counts as IPC, the path a GPU takes."""
+    if not full_model or tensor_parallel != 1 or transport == "shared_memory":
+        return 0.0
+    return 2 * chunk_mb * 2**20
