@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from pettingllms.core.part_clock import PartClock
-from pettingllms.core.types import Completion, GenerationRequest, GenerationResult, SamplingParams
+from pettingllms.core.types import FINISH_ERROR, Completion, GenerationRequest, GenerationResult, SamplingParams
 from pettingllms.rollout import responses_api
 from pettingllms.rollout.policy_client import PolicyClient
 from pettingllms.rollout.request_error import RequestError
@@ -198,6 +198,14 @@ class Gateway:
     def key_for(self, run: str) -> str:
         return f"{self._secret}.{run}"
 
+    def end(self, run: str) -> list[Call]:
+        """Close ``run`` (its program returned, failed or timed out) and return its answered calls, in the order they
+        were asked. A later request of that run is refused (401) and a call still being generated is not recorded:
+        the program never read those answers, so the run's reward must not train them."""
+        with self._lock:
+            self._runs.discard(run)
+            return sorted(self._calls.get(run, []), key=lambda c: c.order)
+
     def calls(self, run: str) -> list[Call]:
         """The run's answered calls, in the order they were asked."""
         with self._lock:
@@ -251,6 +259,8 @@ class Gateway:
     async def _answer(self, request, to_chat) -> Any:
         """(the request's body, the chat reply) for an authorised request whose body ``to_chat`` turns into a chat
         completion request; or the error's response."""
+        from aiohttp import web
+
         try:
             run = self._run_of(request)
             try:
@@ -260,6 +270,8 @@ class Gateway:
             return body, await self._complete(run, to_chat(body))
         except RequestError as exc:
             return self._error(exc)
+        except web.HTTPException as exc:  # aiohttp's own refusal (a body over client_max_size: 413) keeps its status
+            return self._error(RequestError(exc.status, exc.reason or exc.text or "refused", "invalid_request_error"))
         except Exception as exc:  # the engine's or ours: the program gets the reason, the log the traceback
             log.exception("the gateway failed to answer a request")
             return self._error(RequestError(500, f"the gateway failed: {type(exc).__name__}: {exc}", "server_error"))
@@ -298,7 +310,8 @@ class Gateway:
         header = request.headers.get("Authorization", "")
         scheme, _, key = header.partition(" ")
         secret, dot, run = key.partition(".")
-        if scheme.lower() != "bearer" or not dot or not secrets.compare_digest(secret, self._secret) or not run:
+        if scheme.lower() != "bearer" or not dot or not run or \
+                not secrets.compare_digest(secret.encode(errors="replace"), self._secret.encode()):
             raise RequestError(401, "missing or wrong bearer token: use the api_key the run gave the program",
                                "authentication_error")
         with self._lock:
@@ -342,7 +355,13 @@ class Gateway:
             adapter=route.adapter, prefix_group=run))
         completion = cut_at_stop(result.completions[0], stops, client.codec.decode)  # unchanged without a stop
         with self._lock:
+            if run not in self._runs:
+                raise RequestError(401, f"program run {run!r} ended while this call was generated",
+                                   "authentication_error")
             self._calls[run].append(Call(run, agent, index, order, prompt_ids, completion, sampling))
+        if completion.finish_reason == FINISH_ERROR:  # recorded (its sample is masked); the program must not go on
+            raise RequestError(500, f"the engine failed to generate this request of agent {agent!r} (the run's log "
+                                    "says why)", "server_error")
         finish = "length" if completion.finish_reason == "length" else "stop"
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
         if tools and body.get("tool_choice") != "none":
@@ -360,12 +379,17 @@ class Gateway:
 
     def _max_tokens(self, body: dict, sampling: SamplingParams) -> int:
         limit = min(sampling.max_tokens, self.max_response_length)
-        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        asked = next((body[key] for key in ("max_completion_tokens", "max_tokens") if body.get(key) is not None), None)
         if asked is None:
             return limit
         if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
             raise RequestError(400, f"`max_tokens`={asked!r} must be a positive integer")
         return min(asked, limit)
+
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+# OpenAI's newer name for the system role: chat templates know only "system" (Qwen3's drops any other role unsaid)
+ROLE_ALIASES = {"developer": "system"}
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -377,22 +401,26 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     for i, message in enumerate(value):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise RequestError(400, f"`messages[{i}]` must be an object with a string `role`")
+        role = ROLE_ALIASES.get(message["role"], message["role"])
+        if role not in ROLES:
+            raise RequestError(400, f"`messages[{i}].role`={message['role']!r} is not served; roles: "
+                                    f"{sorted(ROLES | set(ROLE_ALIASES))}")
         content = message.get("content")
         if isinstance(content, list):
             parts = [p.get("text") for p in content if isinstance(p, dict)]
             if any(not isinstance(p, str) for p in parts) or len(parts) != len(content):
                 raise RequestError(400, f"`messages[{i}].content`: only text parts are served")
             content = "".join(parts)
-        if content is None and message["role"] == "assistant":
+        if content is None and role == "assistant":
             content = ""
         if not isinstance(content, str):
             raise RequestError(400, f"`messages[{i}].content` must be a string or a list of text parts")
-        kept: dict[str, Any] = {"role": message["role"], "content": content}
+        kept: dict[str, Any] = {"role": role, "content": content}
         if message.get("tool_calls") is not None:
             kept["tool_calls"] = _tool_calls(message["tool_calls"], i)
         if isinstance(message.get("tool_call_id"), str):
             kept["tool_call_id"] = message["tool_call_id"]
-        if isinstance(message.get("name"), str) and message["role"] == "tool":
+        if isinstance(message.get("name"), str) and role == "tool":
             kept["name"] = message["name"]
         out.append(kept)
     return out

@@ -19,6 +19,7 @@ A program is not forkable: tree sampling needs an env whose state can be copied,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import traceback
@@ -57,6 +58,32 @@ class _Run:
     rewards: dict[str, float] | None = None
     error: str | None = None  # one line: what failed
     trace: str | None = None  # the program's traceback, when it raised
+    calls: list[Call] = dataclasses.field(default_factory=list)  # answered while it ran (Gateway.end)
+
+
+def run_bounded(coroutine: Any, timeout_s: float) -> Any:
+    """``asyncio.run(asyncio.wait_for(coroutine, timeout_s))``, except that at the end it does not wait for the threads
+    the program started with ``asyncio.to_thread`` (a synchronous client, a tool that hangs): ``asyncio.run`` joins
+    them without a limit, so one blocked thread held the whole rollout past the timeout. Such a thread is left to end
+    on its own; its calls are refused (``Gateway.end``)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)  # as asyncio.run does: the program may ask for "the" loop
+    threads = ThreadPoolExecutor(thread_name_prefix="pettingllms-program-thread")
+    loop.set_default_executor(threads)
+    try:
+        return loop.run_until_complete(asyncio.wait_for(coroutine, timeout_s))
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            threads.shutdown(wait=False, cancel_futures=True)
+            asyncio.set_event_loop(None)
+            loop.close()
 
 
 class ProgramRollout:
@@ -105,7 +132,7 @@ class ProgramRollout:
                                 thread_name_prefix="pettingllms-program") as pool:
             await asyncio.gather(*(loop.run_in_executor(pool, self._play, run) for run in runs))
         # 3. Failures: recorded; all of them failing stops the run.
-        calls = {run.episode: self.gateway.calls(run.key) for run in runs}
+        calls = {run.episode: run.calls for run in runs}
         for run in runs:
             if run.error is None:
                 self._check_rewarded(run, calls[run.episode])
@@ -140,8 +167,7 @@ class ProgramRollout:
         key = self.gateway.key_for(run.key)
         start = time.perf_counter()
         try:
-            value = asyncio.run(asyncio.wait_for(
-                self.env.play(dict(run.problem.data), self.gateway.base_url, key), self.env.timeout_s))
+            value = run_bounded(self.env.play(dict(run.problem.data), self.gateway.base_url, key), self.env.timeout_s)
             run.rewards = checked_rewards(value, list(self.agents))
         except asyncio.TimeoutError:
             run.error = f"the program did not finish within env.options.timeout={self.env.timeout_s:g} s"
@@ -150,6 +176,8 @@ class ProgramRollout:
         except BaseException as exc:  # the program's own failure (sys.exit included): recorded, the run goes on
             run.error = f"the program raised {type(exc).__name__}: {exc}"
             run.trace = "".join(traceback.format_exception(exc)).rstrip()
+        finally:  # what the program does from now on (a thread it left running) is refused, and never trained
+            run.calls = self.gateway.end(run.key)
         took = time.perf_counter() - start
         if run.error is None and took > self.env.timeout_s:  # wait_for cannot stop a call that blocks the loop
             run.error = (f"the program took {took:.1f} s, past env.options.timeout={self.env.timeout_s:g} s: a "
