@@ -99,6 +99,42 @@ def test_match_move_reads_the_whole_answer_or_the_last_legal_move_written():
     assert match_move("Bet, not Beta", legal) == "Bet" and match_move("I Pass.", legal) == "Pass"
 
 
+def test_where_two_legal_moves_differ_only_in_case_the_case_decides():
+    """Chess: ``bxc5`` (the pawn takes) and ``Bxc5`` (the bishop takes) are both legal; the first listed used to win."""
+    legal = ("a3", "bxc5", "Bxc5", "Nf3")
+    assert match_move("Bxc5", legal) == "Bxc5" and match_move("bxc5", legal) == "bxc5"
+    assert match_move("I take with the bishop: Bxc5.", legal) == "Bxc5"
+    assert match_move("BXC5", legal) is None  # names both: refused as invalid, never one chosen for it
+    assert match_move("nf3", legal) == "Nf3" and match_move("then NF3", legal) == "Nf3"  # no twin: case aside
+    env = OpenSpielEnv(game="chess")
+    state = env.reset(Problem("p", {"seed": 0}), 0)
+    for move in "b4 Nf6 d3 a6 Be3 h6 Bd4 c5".split():
+        state = env.step(state, env.acting_agents(state)[0], move).state
+    white = env.acting_agents(state)[0]
+
+    def fifth_rank(answer):  # the FEN's ranks run from the 8th down
+        return env._replay(env.step(state, white, answer).state.history).to_string().split()[0].split("/")[3]
+
+    assert "B" in fifth_rank("Bxc5") and "B" not in fifth_rank("bxc5")  # the bishop took, or the pawn did
+
+
+def test_a_forfeit_is_the_forfeiters_worst_outcome_in_the_game():
+    """A fixed -1 let a Leduc seat facing a -9 fold lose less by answering garbage twice."""
+    env = OpenSpielEnv(game="leduc_poker", max_invalid=2)
+    state = env.reset(Problem("p", {"seed": 0}), 0)
+    seat = env.acting_agents(state)[0]
+    forfeited = env.step(env.step(state, seat, "blah").state, seat, "blah").state
+    assert env.outcome(forfeited)[seat] == env.game.min_utility() == -13
+    assert sum(env.outcome(forfeited).values()) == 0  # zero-sum: the other seat wins what it loses
+    assert OpenSpielEnv(game="tic_tac_toe")._forfeit_returns(0) == [-1.0, 1.0]
+    assert OpenSpielEnv(game="kuhn_poker(players=3)")._forfeit_returns(1) == [1.0, -2.0, 1.0]
+
+
+def test_a_game_that_draws_chance_inside_its_moves_is_refused():
+    with pytest.raises(ConfigError, match="sampled stochastic"):
+        OpenSpielEnv(game="negotiation")
+
+
 def test_textarena_replays_are_exact_and_the_library_decides_who_acts():
     env = TextArenaEnv(game="KuhnPoker-v0")
     problem = Problem("p", {"seed": 5})

@@ -108,6 +108,12 @@ class OpenSpielEnv(Env):
         if kind.dynamics != pyspiel.GameType.Dynamics.SEQUENTIAL:
             raise ConfigError(f"env.options.game={game!r} is a simultaneous-move game; only sequential games are "
                               f"supported")
+        if kind.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
+            # Its chance is drawn inside apply_action from the game object's own generator: a replay of the same
+            # moves (every step and every tree branch replays the history) would play another game each time.
+            raise ConfigError(f"env.options.game={game!r} draws its chance outcomes inside its moves (sampled "
+                              f"stochastic), so a state cannot be replayed exactly; games with explicit chance "
+                              f"nodes (kuhn_poker, leduc_poker, pig, ...) are supported")
         self.name, self.opponent, self.max_invalid = game, opponent, max_invalid
         self.mcts_simulations = mcts_simulations
         self.players = self.game.num_players()
@@ -165,7 +171,7 @@ class OpenSpielEnv(Env):
 
     def outcome(self, state: SpielState) -> Mapping[str, float]:
         if state.forfeit is not None:
-            per_seat = [-1.0 if i == state.forfeit else 1.0 / (self.players - 1) for i in range(self.players)]
+            per_seat = self._forfeit_returns(state.forfeit)
         elif state.returns:
             per_seat = list(state.returns)
         else:  # cut by max_turns
@@ -173,6 +179,19 @@ class OpenSpielEnv(Env):
         if state.seat is not None:
             return {TRAINED: per_seat[state.seat]}
         return {f"player_{i}": v for i, v in enumerate(per_seat)}
+
+    def _forfeit_returns(self, forfeiter: int) -> list[float]:
+        """A forfeit is the forfeiter's worst outcome in the game (``min_utility``: a fixed -1 let a Leduc seat
+        facing -9 lose less by answering garbage twice); in a zero-sum game the others share what it loses, else
+        each gets the game's best (``max_utility``)."""
+        import pyspiel
+
+        loss = min(-1.0, float(self.game.min_utility()))
+        if self.players == 1:
+            return [loss]
+        zero_sum = self.game.get_type().utility == pyspiel.GameType.Utility.ZERO_SUM
+        win = -loss / (self.players - 1) if zero_sum else max(1.0, float(self.game.max_utility()))
+        return [loss if i == forfeiter else win for i in range(self.players)]
 
     def success(self, state: SpielState) -> bool:
         if state.seat is not None:
@@ -288,16 +307,21 @@ class OpenSpielEnv(Env):
 
 
 def match_move(text: str, legal: Sequence[str]) -> str | None:
-    """The legal move ``text`` names: the whole answer (case and surrounding spaces aside), else the legal move
-    written last in it (the longest one where several end at the same place). None: no legal move."""
+    """The legal move ``text`` names: the whole answer (surrounding spaces and quotes aside), else the legal move
+    written last in it (the longest one where several end at the same place). Case counts where two legal moves
+    differ only in it (chess: ``bxc5`` is a pawn's capture, ``Bxc5`` a bishop's); elsewhere it is ignored. None: no
+    legal move, or an answer that names two of them."""
     answer = text.strip().strip("`'\".").strip()
-    for move in legal:
-        if answer.lower() == move.lower():
-            return move
-    lowered = text.lower()
+    if answer in legal:
+        return answer
+    folded = [move for move in legal if move.lower() == answer.lower()]
+    if folded:
+        return folded[0] if len(folded) == 1 else None
+    twins = {move.lower() for move in legal if sum(m.lower() == move.lower() for m in legal) > 1}
     best, best_end = None, -1
     for move in legal:
-        at = _last_standalone(lowered, move.lower())
+        exact = move.lower() in twins  # a move with a case twin is found only as written
+        at = _last_standalone(text if exact else text.lower(), move if exact else move.lower())
         if at >= 0:
             end = at + len(move)
             if end > best_end or (end == best_end and best is not None and len(move) > len(best)):
