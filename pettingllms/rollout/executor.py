@@ -295,11 +295,13 @@ class Executor:
         state = self._reset(problem, seed)
         scored: list[_Node] = []  # every node of the episode, in order, selection done
         transcript: list[dict[str, Any]] = []
-        terminated = truncated = False
+        # A game whose fixed opponent (or chance) ends it inside reset: over before anyone here acts, with its result
+        over_at_reset = terminated = self._over_at_reset(state)
+        truncated = False
         error = None
         turn = 0
         dropped = 0  # non-finite rewards met and dropped in this episode
-        for turn in range(self.env.max_turns):
+        for turn in range(0 if over_at_reset else self.env.max_turns):
             stages = self._stages(state, turn, problem)
             for index, stage in enumerate(stages):
                 try:
@@ -325,7 +327,7 @@ class Executor:
                     break
             if terminated or truncated:
                 break
-        turns = turn + 1
+        turns = 0 if over_at_reset else turn + 1
         if not (terminated or truncated):
             truncated = True  # ran out of turns
         team_reward, _, final_dropped = self._rewards(state, None, problem, turn, f"at the end of episode {episode}")
@@ -359,6 +361,16 @@ class Executor:
         return _EpisodeOutput(samples, record)
 
     # ----------------------------------------------------------------------------------------------- games
+    def _over_at_reset(self, state: Any) -> bool:
+        """An env that decides who acts names no one on its reset state: the game ended inside ``reset`` (a fixed or
+        served opponent's moves, or chance, finished it before the trained seat's turn). On any later state an empty
+        answer is an error (``_stages``): a step ends an episode with ``terminated=True``."""
+        if not decides_who_acts(self.env):
+            return False
+        with self._clock.part(ENV):
+            named = self.env.acting_agents(state)
+        return named is not None and not isinstance(named, str) and len(tuple(named)) == 0
+
     def _stages(self, state: Any, turn: int, problem: Problem) -> list[tuple[str, ...]]:
         """The stages of ``turn`` from ``state``: the env's acting agents as one stage, or the graph's stages."""
         if not decides_who_acts(self.env):

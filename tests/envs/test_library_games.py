@@ -130,6 +130,22 @@ def test_a_forfeit_is_the_forfeiters_worst_outcome_in_the_game():
     assert OpenSpielEnv(game="kuhn_poker(players=3)")._forfeit_returns(1) == [1.0, -2.0, 1.0]
 
 
+@pytest.mark.parametrize("mode", ["tree", "independent", "trajectory"])
+def test_a_game_its_fixed_opponent_ends_inside_reset_is_an_episode_with_its_result_and_no_samples(make_executor,
+                                                                                                      mode):
+    """Pig to 5 against the random opponent: for problem seed 1 the opponent wins before the trained seat moves
+    (the rollout raised 'acting_agents returned []' and the run stopped)."""
+    env = OpenSpielEnv(game="pig(winscore=5)", opponent="random")
+    assert env.acting_agents(env.reset(Problem("p1", {"seed": 1}), 0)) == ()
+    executor, _ = make_executor(env, lambda prompt, k, request: "stop", mode=mode, branching=2)
+    result = executor.run([Problem("p1", {"seed": 1}), Problem("p2", {"seed": 2})], [0, 0])
+    over = [e for e in result.episodes if e.problem_id == "p1"]
+    assert over and all(e.terminated and e.turns == 0 and e.outcomes == {"player": -1.0} and e.error is None
+                        for e in over)
+    assert not [s for s in result.samples if s.problem_id == "p1"]
+    assert [s for s in result.samples if s.problem_id == "p2"]  # the other problem trains as ever
+
+
 def test_a_game_that_draws_chance_inside_its_moves_is_refused():
     with pytest.raises(ConfigError, match="sampled stochastic"):
         OpenSpielEnv(game="negotiation")
