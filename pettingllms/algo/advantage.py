@@ -1,8 +1,9 @@
 """GRPO advantages over explicit groups. Tensors in, tensors out.
 
 Invalid rows (padding, failed generations, filtered groups) neither receive an advantage nor enter any group's
-statistics. A group with fewer than two valid rows has no baseline, so its advantage is 0; this differs from
-verl only when *every* group is a singleton, where verl uses A = r. Zero-variance groups get 0 as well.
+statistics. A group with fewer than two valid rows has no baseline, so it is left out of the loss (advantage 0);
+verl 0.9.1 instead trains a singleton with mean 0 and std 1, A = r / (1 + eps), a reward with no baseline.
+Zero-variance groups get 0 as well.
 """
 
 from __future__ import annotations

@@ -120,6 +120,21 @@ def test_score_samples_masks_failed_singletons_and_filtered_groups():
     assert dapo.metrics["groups_kept"] == 1 and dapo.metrics["samples_failed"] == 1
 
 
+@pytest.mark.parametrize("method", ["std", "mean"])
+def test_a_filters_quota_is_spent_on_groups_with_a_baseline_not_on_singletons(method):
+    """Two groups whose other samples failed are singletons (out of the loss anyway, with std 0): ranked with the
+    rest they came lowest and used up the std filter's 20% of 10 groups, and the real lowest group stayed in."""
+    samples = []
+    for g in range(8):  # spreads and means grow with g: group 0 is the lowest by either
+        samples += [_sample((g, 0, "a"), float(g)), _sample((g, 0, "a"), 2.0 * g + 1.0)]
+    for g in (8, 9):  # a singleton's one valid sample; its three others failed
+        samples += [_sample((g, 0, "a"), -5.0)] + [_sample((g, 0, "a"), 0.0, failed=True) for _ in range(3)]
+    scored = score_samples(samples, AdvantageConfig(filter=method, filter_ratio=0.2))
+    in_loss_groups = {s.group[0] for s, kept in zip(samples, scored.in_loss) if kept}
+    assert in_loss_groups == set(range(1, 8))  # floor(0.2 x 8 groups with a baseline) = 1 dropped: group 0
+    assert scored.metrics["groups_kept"] == 7 and scored.metrics["samples_in_loss"] == 14
+
+
 def test_a_non_finite_reward_never_reaches_the_group_statistics_silently():
     # One NaN in a group's mean would zero every member's advantage; the executor stops or drops it first.
     samples = [_sample((0, 0, "a"), 1.0), _sample((0, 0, "a"), 0.0), _sample((0, 0, "a"), math.nan)]
