@@ -289,7 +289,10 @@ class Gateway:
         delta = {key: value for key, value in choice["message"].items() if value is not None}
         if "tool_calls" in delta:
             delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
-        chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        first = {"index": 0, "delta": delta, "finish_reason": None}
+        if choice.get("logprobs") is not None:  # asked for: they come with the content they score
+            first["logprobs"] = choice["logprobs"]
+        chunks = [{**head, "choices": [first]},
                   {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}]
         if isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage"):
             chunks.append({**head, "choices": [], "usage": reply["usage"]})
@@ -448,6 +451,8 @@ def _tools(body: dict, codec: Any, policy: str) -> list[dict[str, Any]] | None:
         raise RequestError(400, "`functions`: the legacy function-calling fields are not served; send `tools`")
     tools = body.get("tools")
     if not tools:
+        if body.get("tool_choice") not in (None, "auto", "none"):
+            raise RequestError(400, f"`tool_choice`={body['tool_choice']!r} without `tools`: there is no tool to call")
         return None
     if not isinstance(tools, list):
         raise RequestError(400, "`tools` must be a list of {type: function, function: {name, parameters}} objects")

@@ -41,7 +41,11 @@ def chat_body(body: Any) -> dict[str, Any]:
             raise RequestError(400, "`instructions` must be a string")
         messages.append({"role": "system", "content": instructions})
     messages += _input_messages(body.get("input"))
+    if body.get("stream") not in (None, False, True):
+        raise RequestError(400, f"`stream`={body.get('stream')!r} must be true or false")
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages, "stream": bool(body.get("stream"))}
+    # the sampling fields the gateway ignores travel on, so that it logs them as it does for chat requests
+    chat.update({key: body[key] for key in ("temperature", "top_p", "seed") if body.get(key) is not None})
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     tools = body.get("tools")

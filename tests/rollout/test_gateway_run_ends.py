@@ -99,3 +99,23 @@ def test_a_null_max_completion_tokens_leaves_max_tokens_in_force_and_odd_bodies_
     odd_key = httpx.post(f"{gateway.base_url}/chat/completions", headers={"Authorization": "Bearer sk-é.run-a".encode()},
                          json={"model": "solver", "messages": [{"role": "user", "content": "hi"}]})
     assert odd_key.status_code == 401
+
+
+def test_streamed_logprobs_tool_choice_without_tools_and_the_responses_apis_fields(gateway, caplog):
+    import json
+    import logging
+
+    headers = {"Authorization": f"Bearer {gateway.key_for('run-a')}"}
+    hi = [{"role": "user", "content": "hi"}]
+    streamed = httpx.post(f"{gateway.base_url}/chat/completions", headers=headers,
+                          json={"model": "solver", "messages": hi, "stream": True, "logprobs": True})
+    chunks = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert "logprobs" in chunks[0]["choices"][0]  # with the content they score, as when not streamed
+    with pytest.raises(openai.BadRequestError, match="`tool_choice`='required' without `tools`"):
+        client(gateway).chat.completions.create(model="solver", messages=hi, tool_choice="required")
+    odd = httpx.post(f"{gateway.base_url}/responses", headers=headers,
+                     json={"model": "solver", "input": "hi", "stream": "yes"})
+    assert odd.status_code == 400 and "`stream`='yes' must be true or false" in odd.text
+    with caplog.at_level(logging.WARNING):
+        client(gateway).responses.create(model="solver", input="hi", temperature=0.3)
+    assert "ignores `temperature`=0.3" in caplog.text
