@@ -349,7 +349,7 @@ class PolicyLearner:
     def state_view(self) -> StateView:
         """The parts a saved state is read from and restored into (``learner/state.py``)."""
         return StateView(self.model, self.optimizer, self.scheduler, self.kl.controllers, self.adapter_names,
-                         self.streams.frozen, self.step)
+                         self.streams.frozen, self.step, self.nonfinite)
 
     def state_dict(self) -> dict[str, Any]:
         """An in-memory snapshot (host copies) of everything a resumed run needs: weights (adapters only under

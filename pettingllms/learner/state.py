@@ -32,7 +32,8 @@ class StateView:
     """The parts of a learner that its state is made of, as they are when the view is taken.
 
     kl_controllers: one per stream, each with a ``value`` (empty when the KL loss is off); adapter_names and frozen:
-    the LoRA layout a saved state must match; step: the number of ``update`` calls so far.
+    the LoRA layout a saved state must match; step: the number of ``update`` calls so far; nonfinite_guard: the
+    learner's ``NonfiniteGradientGuard``, whose streak of NaN/inf steps a resume continues.
     """
 
     model: nn.Module
@@ -42,6 +43,7 @@ class StateView:
     adapter_names: Sequence[str]
     frozen: frozenset[str]
     step: int
+    nonfinite_guard: Any = None
 
 
 def learner_meta(view: StateView, optimizer_state_params: Sequence[str]) -> dict[str, Any]:
@@ -54,6 +56,8 @@ def learner_meta(view: StateView, optimizer_state_params: Sequence[str]) -> dict
         "adapter_names": list(view.adapter_names),
         "frozen": sorted(view.frozen),
         "optimizer_state_params": list(optimizer_state_params),
+        # else a resumed run stops at another step than the uninterrupted one (optim.max_nonfinite_grad_steps)
+        "nonfinite_streak": int(view.nonfinite_guard.streak) if view.nonfinite_guard is not None else 0,
     }
 
 
@@ -96,6 +100,8 @@ def restore_meta(view: StateView, meta: Mapping[str, Any], configured: list[dict
     view.scheduler._last_lr = lrs  # what get_last_lr() reports (torch keeps it in this attribute)
     for controller, value in zip(view.kl_controllers, meta["kl_coefs"]):
         controller.value = value
+    if view.nonfinite_guard is not None:
+        view.nonfinite_guard.streak = int(meta.get("nonfinite_streak", 0))  # checkpoints before it: 0
     return int(meta["step"])
 
 

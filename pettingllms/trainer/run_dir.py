@@ -32,7 +32,21 @@ def resume_point(log_dir: str | Path, experiment: str, resume: str) -> tuple[Pat
 
     if resume == "auto":
         run = find_resumable_run(log_dir, experiment)
-        return (run, ckpt.latest_checkpoint(run / "checkpoints")) if run is not None else None
+        if run is None:
+            return None
+        checkpoint = ckpt.latest_checkpoint(run / "checkpoints")
+        if checkpoint is None:  # `latest` names a step that is not there: never train from step 0 over this run
+            from pettingllms.core import DamagedCheckpointError
+            from pettingllms.core.atomic import leftovers
+
+            pointer = run / "checkpoints" / ckpt.LATEST
+            aside = [p.name for p in leftovers(run / "checkpoints")]
+            raise DamagedCheckpointError(
+                f"{pointer} names {pointer.read_text().strip()!r}, which is missing or incomplete"
+                + (f"; beside it: {aside} (a replaced step's only copy may be in a .old- folder)" if aside else "")
+                + ". Restore that step folder, point `latest` at a complete step_N, or start afresh with "
+                  "training.resume=none")
+        return run, checkpoint
     if resume in ("none", ""):
         return None
     checkpoint = Path(resume).absolute()  # handed to Ray actors, whose working directory is not ours

@@ -58,6 +58,27 @@ def test_nonfinite_steps_are_counted_logged_leave_weights_and_stop_after_the_lim
         learner.update(samples, advantages)
 
 
+def test_a_resumed_learner_continues_the_streak_of_nonfinite_steps(make_model, make_samples):
+    """The streak is part of the learner's state: a run resumed mid-streak stops where the uninterrupted one would."""
+    model = make_model(0)
+    poison = PoisonedGradient(model.model.layers[0].mlp.down_proj.weight)
+    config = learner_config(total_steps=10, micro_batch_max_tokens=64, max_nonfinite_grad_steps=3)
+    learner = PolicyLearner(model, config, policy="policy_0")
+    samples, advantages = make_samples(4, seed=1), [1.0, -1.0, 0.5, -0.5]
+    for _ in range(2):
+        learner.update(samples, advantages)
+    saved = learner.state_dict()
+    assert saved["meta"]["nonfinite_streak"] == 2
+    resumed_model = make_model(0)
+    PoisonedGradient(resumed_model.model.layers[0].mlp.down_proj.weight)
+    resumed = PolicyLearner(resumed_model, config, policy="policy_0")
+    resumed.load_state_dict(saved)
+    assert resumed.nonfinite_streak == 2
+    with pytest.raises(NonFiniteGradientError, match="3 step"):  # the third in a row, as without the resume
+        resumed.update(samples, advantages)
+    del poison
+
+
 def test_limit_zero_never_stops(make_model, make_samples):
     model = make_model(0)
     PoisonedGradient(model.model.layers[0].mlp.down_proj.weight)

@@ -72,3 +72,17 @@ def test_auto_resume_refuses_another_tasks_run_before_touching_it_and_a_named_ch
         run_training("train", [*other_task, f"training.resume={first.run_dir / 'checkpoints' / 'step_000002'}",
                                "optim.lr=1e-4"])
     assert (first.run_dir / "config.yaml").read_text() == config
+
+
+def test_a_latest_that_names_a_missing_step_is_refused_not_trained_over_from_step_0(tmp_path):
+    """A kill between the two renames of a re-written step leaves `latest` naming nothing, its only copy aside in a
+    .old- folder; an auto resume used to train from step 0 inside that run (and its next start deleted the copy)."""
+    from pettingllms.core import DamagedCheckpointError
+    from pettingllms.trainer.run_dir import resume_point
+
+    checkpoints = tmp_path / "exp" / "2026-12-08" / "01-00-00" / "checkpoints"
+    (checkpoints / ".step_000004.old-x1" / "step_000004").mkdir(parents=True)
+    (checkpoints / "latest").write_text("step_000004")
+    with pytest.raises(DamagedCheckpointError, match=r"names 'step_000004', which is missing.*\.step_000004\.old-x1"):
+        resume_point(tmp_path, "exp", "auto")
+    assert resume_point(tmp_path, "exp", "none") is None
