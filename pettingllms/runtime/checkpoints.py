@@ -35,8 +35,10 @@ writes through here and the evaluation reads through here; no other module knows
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import tempfile
 import threading
 import warnings
 from contextlib import ExitStack, contextmanager
@@ -206,6 +208,26 @@ def prune_checkpoints(root: Path, keep: int) -> list[Path]:
     for path in doomed:
         remove_directory_aside(path)  # never a half-deleted step directory that looks like a checkpoint
     return doomed
+
+
+def branch_from(checkpoint: Path, *, private: bool = True) -> list[Path]:
+    """A run resumed from an earlier checkpoint than the one ``latest`` names starts a new branch there: ``latest``
+    names ``checkpoint`` from now on, and the later step directories (the branch left behind) move into
+    ``abandoned_after_<step>_*/``, kept, outside what a resume or ``prune_checkpoints`` looks at. Without it a stop
+    before this branch's first checkpoint resumed the abandoned branch, and pruning kept its higher steps over this
+    one's. Returns where the moved directories are now."""
+    root = checkpoint.parent
+    if latest_checkpoint(root) == checkpoint:  # the usual resume (auto): the same branch, a step written past
+        return []                              # `latest` but never logged is simply written again
+    later = sorted(p for p in root.iterdir() if p.is_dir() and _STEP_DIR.fullmatch(p.name) and p.name > checkpoint.name)
+    moved = []
+    if later:
+        aside = Path(tempfile.mkdtemp(prefix=f"abandoned_after_{checkpoint.name}_", dir=root))
+        for path in later:
+            os.rename(path, aside / path.name)
+            moved.append(aside / path.name)
+    publish_checkpoint(checkpoint, private=private)
+    return moved
 
 
 def latest_checkpoint(root: Path) -> Path | None:

@@ -368,6 +368,10 @@ class Trainer:
             self._check_pool_weights(checkpoint)
         self.step_done = int(state["step"])
         truncate_summary(self.run_dir, self.step_done)
+        moved = ckpt.branch_from(checkpoint, private=not self.cfg.training.share_run_dir)
+        if moved:
+            log.warning("resumed from %s, before the run's latest checkpoint: the %d later one(s) now lie in %s "
+                        "(kept; a resume no longer finds them)", checkpoint.name, len(moved), moved[0].parent)
         log.info("resumed from %s at step %d", checkpoint, self.step_done)
 
     def _check_pool_weights(self, checkpoint: Path) -> None:

@@ -86,3 +86,22 @@ def test_a_latest_that_names_a_missing_step_is_refused_not_trained_over_from_ste
     with pytest.raises(DamagedCheckpointError, match=r"names 'step_000004', which is missing.*\.step_000004\.old-x1"):
         resume_point(tmp_path, "exp", "auto")
     assert resume_point(tmp_path, "exp", "none") is None
+
+
+def test_resuming_an_earlier_checkpoint_branches_there_and_keeps_the_later_ones_aside(tmp_path):
+    """`latest` stayed on the abandoned branch's step 4 until this branch's first save: a stop before it resumed step
+    4, and pruning kept the old branch's higher steps over this one's."""
+    from pettingllms.runtime import checkpoints as ckpt
+
+    root = tmp_path / "checkpoints"
+    for step in (1, 2, 3, 4):
+        ckpt.save_checkpoint(root, step, {"step": step}, lambda folder: None)
+    assert ckpt.branch_from(root / "step_000004") == []  # resume=auto: the latest, nothing moves
+    moved = ckpt.branch_from(root / "step_000002")
+    assert [p.name for p in moved] == ["step_000003", "step_000004"]
+    assert ckpt.latest_checkpoint(root) == root / "step_000002"
+    assert moved[0].parent.name.startswith("abandoned_after_step_000002_") and (moved[1] / "trainer_state.json").is_file()
+    ckpt.save_checkpoint(root, 3, {"step": 3}, lambda folder: None)  # this branch's own step 3
+    assert ckpt.prune_checkpoints(root, 2) == [root / "step_000001"]
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith("step_")) == ["step_000002", "step_000003"]
+    assert ckpt.remove_unfinished(root) == []  # the abandoned branch is kept, not swept as a leftover
