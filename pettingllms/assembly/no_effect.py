@@ -32,6 +32,9 @@ def no_effect(cfg: Any, acting: Sequence[str] | None = None) -> list[str]:
         if model.lora.rank <= 0:
             for key in _changed(model.lora, lora, ("alpha", "dropout", "target_modules")):
                 notes.append(f"base_models.{name}.lora.{key} has no effect: lora.rank is 0 (a full fine-tune)")
+        elif _changed(model.lora, lora, ("dropout",)):
+            notes.append(f"base_models.{name}.lora.dropout has no effect: every learner pass runs with dropout off "
+                         "(its log-probs must be the ones the engine sampled with)")
     env = getattr(cfg, "env", None)
     if env is not None and env.name == "program" and env.max_turns:
         notes.append("env.max_turns has no effect: an agent program decides its own turns "
@@ -49,6 +52,10 @@ def no_effect(cfg: Any, acting: Sequence[str] | None = None) -> list[str]:
     rollout = getattr(cfg, "rollout", None)
     if rollout is not None and not rollout.streaming and _changed(rollout, RolloutConfig(), ("streaming_wait_s",)):
         notes.append("rollout.streaming_wait_s has no effect: rollout.streaming is false")
+    if rollout is not None and _plain(rollout.mode) != "tree":
+        for key in _changed(rollout, RolloutConfig(), ("select", "playouts")):
+            notes.append(f"rollout.{key} has no effect: it chooses among a tree node's branches, and rollout.mode is "
+                         f"{_plain(rollout.mode)}")
     self_play = getattr(cfg, "self_play", None)
     if self_play is not None and self_play.pool_size == 0:
         for key in _changed(self_play, SelfPlayConfig(), ("snapshot_every", "live_prob")):

@@ -32,6 +32,17 @@ def test_settings_with_no_effect_are_named_in_the_plan_and_a_default_config_is_q
     assert "warning:  base_models.policy_0.lora.dropout has no effect" in text
 
 
+def test_tree_only_settings_and_lora_dropout_are_named_where_they_do_nothing():
+    assert run_plan("rollout.mode=independent", "rollout.select=sample", "rollout.playouts=3").notes == (
+        "rollout.select has no effect: it chooses among a tree node's branches, and rollout.mode is independent",
+        "rollout.playouts has no effect: it chooses among a tree node's branches, and rollout.mode is independent",
+    )
+    assert run_plan("rollout.select=sample", "rollout.playouts=3").notes == ()  # tree mode reads both
+    assert run_plan("base_models.policy_0.lora.rank=8", "base_models.policy_0.lora.dropout=0.1").notes == (
+        "base_models.policy_0.lora.dropout has no effect: every learner pass runs with dropout off (its log-probs "
+        "must be the ones the engine sampled with)",)
+
+
 def test_max_turns_of_an_agent_program_is_named():
     program = ["env.name=program", "rollout.mode=trajectory", "specialization=L2"]
     assert run_plan(*program).notes == ()
