@@ -285,10 +285,13 @@ def probe_project_ipc(tensors: dict[str, torch.Tensor], bucket_bytes: int) -> di
     from pettingllms.rollout.vllm.ipc import pack_bucket, share_handle
 
     chunks: list[dict[str, torch.Tensor]] = [{}]
+    filled = 0  # bf16 bytes in the last chunk
     for name, tensor in tensors.items():
-        if chunks[-1] and sum(t.numel() * 2 for t in chunks[-1].values()) + tensor.numel() * 2 > bucket_bytes:
+        if chunks[-1] and filled + tensor.numel() * 2 > bucket_bytes:
             chunks.append({})
+            filled = 0
         chunks[-1][name] = tensor
+        filled += tensor.numel() * 2
     expected = {name: float(t.float().sum()) for name, t in tensors.items()}
     parent, child = mp.get_context("spawn").Pipe()
     engine = mp.get_context("spawn").Process(target=project_receiver, args=(child,))

@@ -19,12 +19,11 @@ A program is not forkable: tree sampling needs an env whose state can be copied,
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pettingllms.core.env import Problem
@@ -58,7 +57,7 @@ class _Run:
     rewards: dict[str, float] | None = None
     error: str | None = None  # one line: what failed
     trace: str | None = None  # the program's traceback, when it raised
-    calls: list[Call] = dataclasses.field(default_factory=list)  # answered while it ran (Gateway.end)
+    calls: list[Call] = field(default_factory=list)  # answered while it ran (Gateway.end)
 
 
 def run_bounded(coroutine: Any, timeout_s: float) -> Any:
